@@ -35,6 +35,7 @@ COMMANDS = [
     "timeline --sweep --sweep-ranks 64,128",  # the sweep's legend and where hiding stops
     "memory --strategy all --gpus-per-node 8 --ranks 32",  # a strategy skipped, with its reason
     "timeline --strategy all --sweep --gpus-per-node 8 --sweep-ranks 64,128",
+    "lint --stage 3 --precision fp16-pure --measure 2",  # each finding, its sources and what it measured
 ]
 # a hop of the replay's ring; a pipeline's send; a weight's values with their exact twins (--exact: one weight a
 # line); a diff's event

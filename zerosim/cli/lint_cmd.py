@@ -53,12 +53,13 @@ def run(args) -> int:
         return 0
     if not findings:
         print("zerosim lint: no known trap in this configuration")
-    for f in findings:
-        print(f"{f.severity}: {f.rule}: {f.message}")
-        print(f"  made by: {f.source}")
-        print(f"  seen in: {f.thread}")
-        if f.measured is not None:
-            print("  measured: " + _measured(f.measured))
+    from zerosim.prose import wrap
+
+    for f in findings:  # each finding's words wrapped at the page's width, the lines under its first indented
+        lines = wrap(f"{f.severity}: {f.rule}: {f.message}", "  ") + wrap(f"  made by: {f.source}", "    ")
+        lines += wrap(f"  seen in: {f.thread}", "    ")
+        lines += [] if f.measured is None else wrap("  measured: " + _measured(f.measured), "    ")
+        print("\n".join(lines))
     return 0
 
 
