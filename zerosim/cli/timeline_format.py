@@ -63,11 +63,11 @@ def format_one(r: dict) -> str:
     why = r.get("exposure", {})
     for purpose, v in r["by_purpose"].items():
         lines.append(f"  {purpose:15s} {v['calls']:6,d} calls  {unit(v['seconds'])}  exposed {unit(v['exposed'])}")
-        lines += [f"      {line}" for line in _wrapped(why.get(purpose, ""))]
+        lines += [f"      {line}" for line in wrap(why.get(purpose, ""), width=100)]
     if overlaid >= 1e-9:  # the rows' sum is not the headline's: say why, rather than leave a sum that does not add up
-        lines += [f"  {line}" for line in _wrapped(
+        lines += [f"  {line}" for line in wrap(
             f"(the rows add to {unit(r['comm_s'] + overlaid).strip()}: {unit(overlaid).strip()} of calls on different "
-            "streams ran at once, counted once above; each row's exposed time is its own calls')")]
+            "streams ran at once, counted once above; each row's exposed time is its own calls')", width=100)]
     if r["inter_link"] is not None:
         lines += ["", "communication by link tier (each tier its own stream; bytes: one rank's, the ranks' average):"]
         for tier, v in r["tiers"].items():
@@ -86,17 +86,6 @@ def format_one(r: dict) -> str:
         "the words (exposed, hidden, phase, prefetch, unit): docs/glossary.md",
     ]
     return "\n".join(line for line in lines if line is not None)
-
-
-def _wrapped(text: str, width: int = 100) -> list:
-    """`text` in lines of at most `width` characters, broken between words."""
-    lines = []
-    for word in text.split():
-        if lines and len(lines[-1]) + 1 + len(word) <= width:
-            lines[-1] += " " + word
-        else:
-            lines.append(word)
-    return lines
 
 
 def _throughput_line(r: dict) -> str:
