@@ -128,3 +128,16 @@ def test_the_float64_value_is_in_each_runs_units():
     assert report.parting.tensor.kind == "reduced"
     assert report.values.float64_b == 4 * report.values.float64_a
     assert abs(report.values.float64_a - float(report.values.a)) < 0.05 * abs(report.values.float64_a) + 1e-3
+
+
+@pytest.mark.parametrize("ulps, shown", [
+    (1.0, "1"),  # one ulp apart: as it is
+    (0.5, "0.5"),  # a median between two weights' distances
+    (999.5, "999.5"),  # below a thousand: four significant digits at most
+    (2206.0, "2,206"),  # from a thousand on, whole with commas
+    (12854.0, "12,854"),  # the tutorial's run at step 9: printed as 1.285e+04 before
+])
+def test_the_growth_tables_ulps_read_as_numbers(ulps, shown):
+    from zerosim.diff._report import _ulps
+
+    assert _ulps(ulps) == shown
