@@ -305,7 +305,7 @@ def test_the_pure_replays_update_heading_says_no_fp32_master_is_kept():
     from zerosim.replay import narrate, replay
 
     text = narrate(replay(stage=1, precision="fp16-pure", lr=0.1, steps=1))
-    heading = next(line for line in text.splitlines() if line.startswith("3. Each GPU updates"))
+    heading = " ".join(("3. " + text.split("\n3. ", 1)[1].split("\n  GPU", 1)[0]).split())  # (wrapped at 116)
     assert heading == ("3. Each GPU updates only its own weights with Adam: its fp16 weights widened to fp32, "
                        "m and v in fp32, the result rounded straight back to fp16 (no fp32 master is kept)")
     mixed = narrate(replay(stage=1, precision="fp16-mixed", lr=0.1, steps=1))

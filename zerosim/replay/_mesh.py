@@ -110,10 +110,12 @@ def narrate_mesh(result: dict) -> str:
         out.append(f"  GPU {s['gpu']} (node {s['gpu'] // 2}): x = {_vec(s['x'])}, t = {s['target']:g}; owns "
                    f"{', '.join(result['owns'][s['gpu']])}")
     if any(set(owned) == {"padding"} for owned in result["owns"]):  # why a GPU holds no weight at all
-        shapes = ", ".join(str(tuple(s.shape)) for s in TinyNet().specs)
-        out += wrap(f"  (why padding: FSDP2 cuts each parameter along its first dimension, Shard(0); seed 004's "
-                    f"weights are {shapes}, one row each, so the first GPU of each shard group owns them all and the "
-                    "second padding only)", "   ")
+        # the shapes kept whole on one line: no-break spaces inside them while the words wrap, spaces again after
+        shapes = ", ".join(str(tuple(s.shape)) for s in TinyNet().specs).replace(" ", "\xa0")
+        out += [line.replace("\xa0", " ") for line in wrap(
+            f"  (why padding: FSDP2 cuts each parameter along its first dimension, Shard(0); seed 004's weights are "
+            f"{shapes}, one row each, so the first GPU of each shard group owns them all and the second padding only)",
+            "   ")]
     out.append("Backward: each GPU's own gradients")
     for r, layers in result["local_grads"].items():
         out.append(f"  GPU {r}: " + "   ".join(f"{name} {_vec(g)}" for name, g in layers.items()))
