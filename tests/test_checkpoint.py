@@ -303,12 +303,25 @@ def test_checkpoint_inspect_and_consolidate_commands(checkpoint, tmp_path, capsy
     out = capsys.readouterr().out
     # P = 4*6+6 + 6*3+3 = 51 on 3 ranks: s = 17, no padding; fc1.w straddles ranks 1 and 2
     assert "3 ranks, 51 parameters" in out and "owns [17, 34): 17 real; fc0.b[6:6]" not in out
+    assert "padded length 51 (no padding: N divides the parameter count)" in out
     assert "fc1.w[0:4]" in out and "fc1.w[4:18]" in out
     assert main(["checkpoint", "consolidate", directory, str(tmp_path / "full.safetensors")]) == 0
     from safetensors.numpy import load_file
 
     full = load_file(str(tmp_path / "full.safetensors"))
     assert full["fc0.w"].shape == (6, 4) and full["fc1.b.optim.v"].shape == (3,) and full["fc0.w"].dtype == np.float32
+
+
+def test_inspect_counts_the_padding_in_words(tmp_path, capsys):
+    from zerosim.cli.main import main
+
+    # the default MLP [16, 64, 64, 4]: 16*64+64 + 64*64+64 + 64*4+4 = 5,508 parameters; on 5 ranks s = ceil(5508/5) =
+    # 1,102, padded to 5 * 1,102 = 5,510: two elements of padding, after the last parameter
+    assert main(["train", "--steps", "1", "--ranks", "5", "--save", str(tmp_path / "five")]) == 0
+    assert main(["checkpoint", "inspect", str(tmp_path / "five")]) == 0
+    out = capsys.readouterr().out
+    assert "shard size s = 1,102, padded length 5,510 (2 padding elements at the end, [5,508, 5,510))" in out
+    assert "owns [4,408, 5,510): 1,100 real + 2 padding" in out  # rank 4: 5,508 - 4 * 1,102 = 1,100 real
 
 
 def test_rank_files_are_plain_safetensors(checkpoint):

@@ -232,7 +232,8 @@ def test_inspect_names_each_ranks_chunks_and_padding(tmp_path):
     ckpt.save(engine, str(tmp_path / "ds3"))
     text = inspect(str(tmp_path / "ds3"))
     assert (
-        "per-parameter layout (DeepSpeed ZeRO-3)" in text and "shard size s = 12, padded length 36 (4 padding" in text
+        "per-parameter layout (DeepSpeed ZeRO-3)" in text
+        and "shard size s = 12, padded length 36 (4 padding elements)" in text
     )
     assert "12 real + 0 padding; fc0.w[0:5], fc0.b[0:2], fc1.w[0:4], fc1.b[0:1]" in text
     assert (

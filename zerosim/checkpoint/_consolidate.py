@@ -97,9 +97,9 @@ def inspect(directory: str, tag: str | None = None) -> str:
         return _with_mesh(m, _inspect_per_parameter(state))
     lines = [f"{state.folder}: ZeRO stage {m['stage']}, {m['world_size']} ranks, {P:,} parameters, step "
              f"{m['optimizer']['step']}",
-             f"flat layout: shard size s = {lay['shard_size']:,}, padded length {lay['padded']:,} ({lay['padding']} "
-             "padding "
-             f"element(s) at the end, [{P:,}, {lay['padded']:,}))", ""]
+             f"flat layout: shard size s = {lay['shard_size']:,}, padded length {lay['padded']:,} "
+             f"({_padding_words(lay['padding'])}" + (f" at the end, [{P:,}, {lay['padded']:,}))" if lay['padding']
+                                                      else ": N divides the parameter count)"), ""]
     for entry, (start, stop) in zip(m["files"], lay["regions"]):
         real = max(0, min(stop, P) - start)
         pad = (stop - start) - real
@@ -108,6 +108,11 @@ def inspect(directory: str, tag: str | None = None) -> str:
                      + (f" + {pad:,} padding" if pad else "") + f"; {', '.join(names) if names else 'no parameters'}")
         lines.append("    " + ", ".join(f"{k} ({fmt})" for k, fmt in entry["tensors"].items()))
     return _with_mesh(m, "\n".join(lines))
+
+
+def _padding_words(count: int) -> str:
+    """"no padding", "1 padding element", "3 padding elements"."""
+    return "no padding" if not count else f"{count:,} padding element" + ("s" if count > 1 else "")
 
 
 def _with_mesh(manifest: dict, text: str) -> str:
@@ -150,7 +155,7 @@ def _inspect_per_parameter(state) -> str:
               f"per-parameter layout (FSDP2, Shard(0)): each parameter cut on dim 0 in {n} chunks of ceil(rows/{n}) "
               "rows, ")
              + f"the last padded; rank r's shard is the r-th chunk of every parameter, in model order: shard size "
-             f"s = {layout.shard_size:,}, padded length {layout.padded:,} ({lay['padding']} padding element(s))", ""]
+             f"s = {layout.shard_size:,}, padded length {layout.padded:,} ({_padding_words(lay['padding'])})", ""]
     for entry in m["files"]:
         r = entry["rank"]
         held = []
