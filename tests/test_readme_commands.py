@@ -188,6 +188,11 @@ def check_sweep(out: str, readme: str, project: Path) -> None:
 def check_train_save(out: str, readme: str, project: Path, line: str) -> None:
     listed = sorted(f"scratch/ckpt/{p.name}" for p in (project / "scratch" / "ckpt").iterdir())
     assert listed == sorted(x.strip() for x in line.split("#", 1)[1].split(",")), listed
+    tags = ", ".join(p.rsplit("/", 1)[1] for p in listed if not p.endswith("latest"))  # what the run said it wrote
+    words = " ".join(out.split())
+    assert f"saved {len(listed) - 1} checkpoints into scratch/ckpt: {tags} (the latest)" in words, out
+    quoted = re.search(r"says where \(`(saved [^`]*)`", " ".join(readme.split()))  # the page's quote of that line
+    assert quoted is None or quoted.group(1) in words, (quoted, out)
 
 
 def check_resume(out: str, readme: str, project: Path, line: str) -> None:

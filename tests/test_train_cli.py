@@ -92,3 +92,20 @@ def test_zerosim_diff_json_on_a_terminal_draws_no_bar():
     argv = ["diff", "--a", "--stage 2", "--b", "--stage 3", "--steps", "2", "--json"]
     code, terminal = _run_with_terminal_stderr([*ZEROSIM, *argv])
     assert code == 0 and terminal == "", terminal
+
+
+def test_a_saving_run_says_where_its_checkpoints_went(tmp_path, monkeypatch):
+    """`--save` names every tag folder it wrote (read back from the disk: the folders a checkpoint's manifest is in),
+    the latest last, and the command that reads them; --json lists the same folders."""
+    monkeypatch.chdir(tmp_path)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["train", "--steps", "4", "--save", "my ckpt", "--save-every", "2"]) == 0
+    on_disk = sorted(p.parent.name for p in (tmp_path / "my ckpt").glob("*/manifest.json"))
+    assert on_disk == ["step000002", "step000004"]
+    assert out.getvalue().splitlines()[-2:] == [
+        "saved 2 checkpoints into 'my ckpt': step000002, step000004 (the latest); --resume 'my ckpt' continues the run",
+        "  zerosim checkpoint inspect 'my ckpt'"]
+    got = cli_losses("--steps", "6", "--resume", "my ckpt", "--save", "my ckpt", "--save-every", "1")
+    assert got["saved"] == [f"my ckpt/step00000{k}" for k in (5, 6)]
+    assert (tmp_path / "my ckpt" / "step000006" / "manifest.json").is_file()

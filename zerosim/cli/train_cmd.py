@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import shlex
 import sys
 
 from zerosim.cli.precision_args import (
@@ -404,7 +406,7 @@ def _print_result(args, config, precision, result) -> None:
     if args.json:
         gpt = {"accuracy": result.accuracy, "chance": result.chance} if config.model != "mlp" else {}
         print(json.dumps({"first_step": result.first_step, "losses": result.losses, "ranks": result.ranks, **gpt,
-                          **precision_json(precision, result)}, indent=1))
+                          **precision_json(precision, result), "saved": result.saved}, indent=1))
         return
     summary = precision_summary(precision, result)
     if summary:
@@ -414,6 +416,21 @@ def _print_result(args, config, precision, result) -> None:
     for s in result.ranks:
         print(f"{s['rank']:>4}  {s['peak_bytes']:>15}  {s['bytes_sent']:>10}"
               + (f"  {s['host_peak_bytes']:>13}" if host else ""))
+    if result.saved:
+        print(saved_words(args.save, result.saved))
+
+
+def saved_words(folder: str, saved: list) -> str:
+    """Where a run's checkpoints went (`saved`: the folders `checkpoint.save` returned, oldest first; a long run's
+    middle left out), and on a line of its own the command that reads them."""
+    from zerosim.prose import wrap
+
+    tags = [os.path.basename(os.path.normpath(path)) for path in saved]
+    shown = ", ".join(tags if len(tags) <= 3 else [tags[0], tags[1], "...", tags[-1]])
+    count = "a checkpoint" if len(tags) == 1 else f"{len(tags):,} checkpoints"
+    quoted = shlex.quote(folder)
+    words = wrap(f"saved {count} into {quoted}: {shown} (the latest); --resume {quoted} continues the run", "  ")
+    return "\n".join([*words, f"  zerosim checkpoint inspect {quoted}"])
 
 
 def _offload_words(config) -> str:

@@ -354,6 +354,7 @@ class TrainResult:
     scales: list = field(default_factory=list)  # the loss scale each step's loss was multiplied by
     skipped: list = field(default_factory=list)  # the steps the loss scaler skipped (an inf/NaN gradient)
     norms: list = field(default_factory=list)  # the global gradient norm of each step that clipped (None: skipped)
+    saved: list = field(default_factory=list)  # the checkpoint folders this run wrote (`save`'s), oldest first
 
 
 @dataclass(frozen=True)
@@ -439,7 +440,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None, observ
         on_start(model.num_params, first)
     if observer is not None:
         observer.start(engine, tensor)
-    losses, accuracy, scales, skipped, norms = [], [], [], [], []
+    losses, accuracy, scales, skipped, norms, saved = [], [], [], [], [], []
     shown = (watched() if show_progress is None else show_progress) and cluster.ranks[0].index == 0
     steps = range(engine.iteration + 1, config.steps + 1)  # steps the loss scaler skips count too, as in DeepSpeed
     for step in progress(steps, "training", enabled=shown, unit="step"):  # (the bar closes as the loop ends)
@@ -461,11 +462,11 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None, observ
         if gpt and (step % config.eval_every == 0 or step in (first, config.steps)):
             _evaluate(model, engine, held_out, fmt, tensor, step, accuracy, on_eval)
         if config.save is not None and ((config.save_every and step % config.save_every == 0) or step == config.steps):
-            ckpt.save(engine, config.save, overwrite=bool(config.overwrite),
-                      data={name: getattr(config, name) for name in DATA_FIELDS})
+            saved.append(ckpt.save(engine, config.save, overwrite=bool(config.overwrite),
+                                   data={name: getattr(config, name) for name in DATA_FIELDS}))
     cluster.trace.flush_log()
     return TrainResult(losses, _rank_stats(config, cluster), model.num_params, first, accuracy,
-                       1 / (config.vocab - 1) if gpt else None, scales, skipped, norms)
+                       1 / (config.vocab - 1) if gpt else None, scales, skipped, norms, saved)
 
 
 def _run_optimizer(config: TrainConfig, model):
