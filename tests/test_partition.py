@@ -235,7 +235,7 @@ def test_inspect_names_each_ranks_chunks_and_padding(tmp_path):
         "per-parameter layout (DeepSpeed ZeRO-3)" in text
         and "shard size s = 12, padded length 36 (4 padding elements)" in text
     )
-    assert "12 real + 0 padding; fc0.w[0:5], fc0.b[0:2], fc1.w[0:4], fc1.b[0:1]" in text
+    assert "12 real; fc0.w[0:5], fc0.b[0:2], fc1.w[0:4], fc1.b[0:1]" in text
     assert (
         "8 real + 4 padding; fc0.w[10:15], fc0.b[4:5] + 1 padding, fc1.w[8:10] + 2 padding, fc1.b[none] + 1 padding"
         in text

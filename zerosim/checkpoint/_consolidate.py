@@ -165,8 +165,8 @@ def _inspect_per_parameter(state) -> str:
             part = f"{name}[{first - o}:{first - o + count}]" if count else f"{name}[none]"
             held.append(part + (f" + {c - count} padding" if c > count else ""))
         real = sum(x[2] for x in layout.draw_index(layout.own(r)))
-        lines.append(f"{entry['file']}: {entry['bytes']:,} bytes; {real:,} real + {layout.shard_size - real:,} "
-                     "padding; "
-                     + ", ".join(held))
+        pad = layout.shard_size - real
+        lines.append(f"{entry['file']}: {entry['bytes']:,} bytes; {real:,} real"
+                     + (f" + {pad:,} padding" if pad else "") + "; " + ", ".join(held))
         lines.append("    " + ", ".join(f"{k} ({fmt})" for k, fmt in entry["tensors"].items()))
     return "\n".join(lines)
