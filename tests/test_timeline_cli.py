@@ -151,3 +151,17 @@ def test_the_help_says_the_tokens_the_library_takes():
     timeline_cmd.add_arguments(parser)
     action = next(a for a in parser._actions if a.dest == "tokens")
     assert int(re.search(r"\(default (\d+)\)", action.help).group(1)) == TOKENS and action.default is None
+
+
+@pytest.mark.parametrize("more, said", [
+    ([], "1 × 4,096 tokens × 1 micro-step per rank"),  # one: the singular
+    (["--accumulation-steps", "4"], "1 × 4,096 tokens × 4 micro-steps per rank"),
+    # a pipeline's M micro-batches go through every stage of a data-parallel rank's pipeline
+    (["--pp", "2", "--pp-schedule", "gpipe", "--accumulation-steps", "1"],
+     "1 × 4,096 tokens × 1 micro-batch per data-parallel rank"),
+    (["--pp", "2", "--accumulation-steps", "4"], "1 × 4,096 tokens × 4 micro-batches per data-parallel rank"),
+])
+def test_the_header_counts_the_micro_steps_in_words(more, said, capsys):
+    assert main(["timeline", "--model", "llama-3-8b", "--ranks", "8", "--seq-len", "4096", "--batch", "1",
+                 "--stage", "1", *more]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == f"  {said}, checkpoint 'none'"

@@ -14,17 +14,19 @@ def format_one(r: dict) -> str:
     pct = lambda x: f"{100 * x / r['step_s']:.0f} %" if r["step_s"] else "-"  # noqa: E731
     unit = lambda s: f"{s * 1e3:10.2f} ms" if s < 1 else f"{s:10.3f} s "  # noqa: E731
     overlaid = sum(v["seconds"] for v in r["by_purpose"].values()) - r["comm_s"]  # calls on streams at once
-    mb = r["micro_batch"]
+    mb, k = r["micro_batch"], r["accumulation_steps"]
+    tp, pp = r.get("tensor_parallel"), r.get("pipeline_parallel")
+    each = ("micro-batch", "micro-batches", "data-parallel rank") if pp is not None else ("micro-step", "micro-steps",
+                                                                                          "rank")
     work = (
         f"{r['tokens_per_rank']:,} tokens per rank"
         if mb is None
-        else f"{mb['batch']} × {mb['seq_len']:,} tokens × {r['accumulation_steps']} micro-steps per rank, "
+        else f"{mb['batch']} × {mb['seq_len']:,} tokens × {k} {each[k != 1]} per {each[2]}, "
         f"checkpoint {r['checkpoint']!r}"
     )
     what = f"ZeRO-{r['stage']}" if r["strategy"] is None else f"{r['strategy']}" + (
         f" (group of {r['shard_group']})" if r["shard_group"] else "")
     nodes = "" if r["gpus_per_node"] is None else f" on nodes of {r['gpus_per_node']}"
-    tp, pp = r.get("tensor_parallel"), r.get("pipeline_parallel")
     if tp is not None:
         nodes += (f" = tp {tp['tp']} x dp {tp['dp']}" if pp is None else "") + (
             " (sequence parallel)" if tp["sp"] else "") + (
@@ -34,7 +36,6 @@ def format_one(r: dict) -> str:
     if pp is not None:
         nodes += f" = pp {pp['pp']} x " + (f"tp {tp['tp']} x " if tp is not None else "") + (
             "" if cp is None else f"cp {cp['cp']} x ") + f"dp {pp['dp']}"
-        work = work.replace("micro-steps per rank", "micro-batches per data-parallel rank")
     if cp is not None:
         nodes += (f" = cp {cp['cp']} x dp {cp['dp']}" if pp is None else "") + f" ({cp['style']}, {cp['split']} split)"
         work += (f"; each rank {cp['tokens_per_rank']:,} tokens of a sequence, " + (
