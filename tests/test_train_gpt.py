@@ -80,7 +80,7 @@ def test_the_text_output_names_the_gpt_and_its_accuracy():
     with redirect_stdout(out):
         assert main(["train", "--model", "gpt", "--steps", "2", "--ranks", "2", "--task", "sort"]) == 0
     text = out.getvalue()
-    assert "zerosim train: GPT(vocab=6, d_model=16, heads=2, layers=1) (3600 params), sort" in text
+    assert "zerosim train: GPT(vocab=6, d_model=16, heads=2, layers=1) (3,600 params), sort" in text
     assert "step     2  answer accuracy" in text and "(chance 0.200)" in text
 
 

@@ -378,7 +378,7 @@ class _Printer:
                 + f"dp {dp}" + (" (sequence parallel)" if config.sp else "")
                 + (f" ({config.cp_style}, {config.cp_split} split)" if config.cp > 1 else ""))
             what += _padded_words(config)
-            print(f"zerosim train: {what} ({params} params), {config.task}, ZeRO stage {config.stage}, "
+            print(f"zerosim train: {what} ({params:,} params), {config.task}, ZeRO stage {config.stage}, "
                   f"{config.ranks} ranks{tp} on {args.backend}, {_precision_name(config.precision)}, "
                   f"{config.optimizer} lr "
                   f"{config.lr}{accum}"
