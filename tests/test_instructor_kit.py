@@ -177,7 +177,9 @@ def test_zerosim_notebooks_writes_every_notebook_cleared(tmp_path, capsys):
     assert names == sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
     for p in (tmp_path / "nb").glob("*.ipynb"):
         assert all(not c.get("outputs") for c in json.loads(p.read_text())["cells"]), p.name
-    assert f"jupyter lab {tmp_path / 'nb'}" in capsys.readouterr().out
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"  jupyter lab {tmp_path / 'nb'}"  # the command alone on its line, to be copied
+    assert all(len(line) <= 120 for line in out[:-1]), out  # the words wrap, however long the folder's name
 
 
 def test_the_learning_paths_student_instructions_never_clone():

@@ -9,6 +9,8 @@ its own (the learning path, docs/tutorials/, says which notebook each session op
 
 from __future__ import annotations
 
+import shlex
+
 HELP = "write the learning path's notebooks into a folder of yours (outputs cleared: predict, then run)"
 
 
@@ -17,9 +19,11 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from zerosim.prose import wrap
     from zerosim.teaching import write_notebooks
 
     written = write_notebooks(args.out, "--out")
-    print(f"wrote {len(written)} notebooks into {args.out}, outputs cleared; open them with: jupyter lab {args.out}"
-          "  (pip install 'zerosim[notebooks]' installs Jupyter)")
+    words = (f"wrote {len(written)} notebooks into {args.out}, outputs cleared; open them with Jupyter (pip install "
+             "'zerosim[notebooks]' installs it):")
+    print("\n".join([*wrap(words, "  "), f"  jupyter lab {shlex.quote(args.out)}"]))  # the command on its own line
     return 0
