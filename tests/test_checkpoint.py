@@ -303,7 +303,7 @@ def test_checkpoint_inspect_and_consolidate_commands(checkpoint, tmp_path, capsy
     out = capsys.readouterr().out
     # P = 4*6+6 + 6*3+3 = 51 on 3 ranks: s = 17, no padding; fc1.w straddles ranks 1 and 2
     assert "3 ranks, 51 parameters" in out and "owns [17, 34): 17 real; fc0.b[6:6]" not in out
-    assert "padded length 51 (no padding: N divides the parameter count)" in out
+    assert "padded length 51 (no padding: the shards split the parameters evenly)" in out
     assert "fc1.w[0:4]" in out and "fc1.w[4:18]" in out
     assert main(["checkpoint", "consolidate", directory, str(tmp_path / "full.safetensors")]) == 0
     from safetensors.numpy import load_file

@@ -93,7 +93,8 @@ def test_the_text_output_names_the_llama():
             main(["train", "--model", "llama", "--steps", "2", "--ranks", "2", "--heads", "4", "--kv-heads", "2"]) == 0
         )
     assert (
-        "zerosim train: Llama(vocab=6, d_model=16, heads=4, kv_heads=2, layers=1) (3,312 params), copy" in out.getvalue()
+        "zerosim train: Llama(vocab=6, d_model=16, heads=4, kv_heads=2, layers=1) (3,312 params), copy"
+        in out.getvalue()
     )
 
 

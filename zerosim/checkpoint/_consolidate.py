@@ -99,7 +99,7 @@ def inspect(directory: str, tag: str | None = None) -> str:
              f"{m['optimizer']['step']}",
              f"flat layout: shard size s = {lay['shard_size']:,}, padded length {lay['padded']:,} "
              f"({_padding_words(lay['padding'])}" + (f" at the end, [{P:,}, {lay['padded']:,}))" if lay['padding']
-                                                      else ": N divides the parameter count)"), ""]
+                                                      else ": the shards split the parameters evenly)"), ""]
     for entry, (start, stop) in zip(m["files"], lay["regions"]):
         real = max(0, min(stop, P) - start)
         pad = (stop - start) - real

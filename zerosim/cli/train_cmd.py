@@ -417,10 +417,10 @@ def _print_result(args, config, precision, result) -> None:
         print(f"{s['rank']:>4}  {s['peak_bytes']:>15}  {s['bytes_sent']:>10}"
               + (f"  {s['host_peak_bytes']:>13}" if host else ""))
     if result.saved:
-        print(saved_words(args.save, result.saved))
+        print(_saved_words(args.save, result.saved))
 
 
-def saved_words(folder: str, saved: list) -> str:
+def _saved_words(folder: str, saved: list) -> str:
     """Where a run's checkpoints went (`saved`: the folders `checkpoint.save` returned, oldest first; a long run's
     middle left out), and on a line of its own the command that reads them."""
     from zerosim.prose import wrap
