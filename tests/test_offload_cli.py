@@ -6,6 +6,7 @@ and the refusals, each naming what is wrong."""
 
 import io
 import json
+import re
 from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
@@ -178,6 +179,8 @@ def test_train_offloads_and_says_so():
     text = out.getvalue()
     assert "offloaded: optimizer-cpu with DPU after 0 steps (adam as DeepSpeedCPUAdam)" in text
     assert "host peak (B)" in text
+    grouped = r"\d{1,3}(?:,\d{3})+"  # bytes in thousands, as every other command writes a count: 21,896
+    assert re.search(rf"^   0\s+{grouped}\s+{grouped}\s+{grouped}$", text, re.M), text
 
 
 def test_training_with_offload_changes_no_bit_beside_the_same_optimizer_on_the_device():

@@ -414,8 +414,8 @@ def _print_result(args, config, precision, result) -> None:
     host = config.offload is not None  # the host's peak beside the device's
     print("rank  peak memory (B)  bytes sent" + ("  host peak (B)" if host else ""))
     for s in result.ranks:
-        print(f"{s['rank']:>4}  {s['peak_bytes']:>15}  {s['bytes_sent']:>10}"
-              + (f"  {s['host_peak_bytes']:>13}" if host else ""))
+        print(f"{s['rank']:>4}  {s['peak_bytes']:>15,}  {s['bytes_sent']:>10,}"
+              + (f"  {s['host_peak_bytes']:>13,}" if host else ""))
     if result.saved:
         print(_saved_words(args.save, result.saved))
 
