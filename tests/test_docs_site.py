@@ -185,6 +185,30 @@ def test_links_to_project_files_outside_docs_become_paths_and_missing_ones_stay_
     assert nested == "x (`tests/test_optim.py`)"
 
 
+def test_a_hyphenated_word_of_inline_code_is_kept_whole_and_nothing_else_moves():
+    """On a phone Chromium broke `zerosim train --resume` after `--`, even `--ranks` into `--` and `ranks`; the site
+    keeps each hyphenated word of inline code on one line (the stylesheet's rule for the span the hook adds), breaking
+    the code at its spaces alone. Fenced blocks, highlighted code, headings and a word too long for a 320 px phone
+    are left as they were, and no page's text moves by a character (what a reader copies)."""
+    page = "\n".join([
+        "<p>then <code>zerosim train --resume scratch/ckpt</code> and <code>--ranks</code>, not <code>inspect</code>;",
+        "<code>a-b c-d</code> and <code>--prefetch-bucket-size</code></p>",  # two words; 22 characters
+        '<pre><span></span><code>zerosim train --resume\n</code></pre><pre><code>zerosim --x</code></pre>',
+        '<h2 id="x">The <code>deepspeed-bf16-optimizer</code> recipe</h2>',
+        "<p><code>validate-cp,plan-cp,plan-pp,memory-pp</code> <code>a<span>-</span>b</code></p>",  # 37 characters
+    ])
+    out = docs_site.whole_words(page)
+    whole = '<span class="zs-whole">{}</span>'.format
+    assert out.splitlines()[:2] == [
+        f"<p>then <code>zerosim train {whole('--resume')} scratch/ckpt</code> and <code>{whole('--ranks')}</code>, "
+        "not <code>inspect</code>;",
+        f"<code>{whole('a-b')} {whole('c-d')}</code> and <code>{whole('--prefetch-bucket-size')}</code></p>"]
+    assert out.splitlines()[2:] == page.splitlines()[2:]  # blocks, a heading, too long, markup inside
+    assert re.sub(r"<[^>]+>", "", out) == re.sub(r"<[^>]+>", "", page)
+    css = (ROOT / "docs" / "stylesheets" / "extra.css").read_text()
+    assert re.search(r"\.md-typeset code \.zs-whole \{\s*white-space: nowrap;\s*\}", css), css
+
+
 def test_a_lazy_faces_api_page_lists_the_names_the_face_answers():
     """A lazy face (zerosim/_lazy.py) holds no import of its names, so griffe, which reads source, found no members
     and the API page showed the docstring alone; tools/docs_griffe.py's LazyFaces reads the face's table. Each face's

@@ -193,6 +193,34 @@ def explorer_page() -> str:
         return Path(write_page(tmp)).read_text("utf-8")
 
 
+# An inline code span's text, alone in its <code> (no markup inside: not a highlighted or fenced block's, which follow
+# <pre> and its empty <span>), and in it each word that holds a hyphen: Chromium and Safari may break a line after a
+# hyphen, so a phone showed `zerosim train --` and `resume` on two lines, even `--` and `ranks`
+INLINE_CODE = re.compile(r"(?<!<pre>)(?<!<span></span>)<code>([^<]+)</code>")
+HYPHENATED = re.compile(r"[^\s]*-[^\s]*")
+HEADING = re.compile(r"(<h[1-6][ >].*?</h[1-6]>)", re.S)
+WHOLE_WORD = 28  # characters: a longer word may still break where it must, rather than run past a phone's edge (320 px)
+
+
+def whole_words(html: str) -> str:
+    """The page's HTML with each hyphenated word of inline code in a `<span class="zs-whole">` (docs/stylesheets/
+    extra.css keeps it on one line): a command in the prose breaks at its spaces, never inside `--resume`. The text
+    is the same, character for character (what a reader copies); fenced blocks, highlighted spans and headings (whose
+    large type would run a kept word past a phone's edge) are left alone."""
+
+    def words(m: re.Match) -> str:
+        text = HYPHENATED.sub(lambda w: f'<span class="zs-whole">{w.group(0)}</span>'
+                              if len(w.group(0)) <= WHOLE_WORD else w.group(0), m.group(1))
+        return f"<code>{text}</code>"
+
+    parts = HEADING.split(html)  # odd parts: headings
+    return "".join(part if i % 2 else INLINE_CODE.sub(words, part) for i, part in enumerate(parts))
+
+
+def on_page_content(html, page, config, files):
+    return whole_words(html)
+
+
 def on_page_markdown(markdown, page, config, files):
     if CLI_MARKER in markdown:
         markdown = markdown.replace(CLI_MARKER, cli_reference())
