@@ -87,6 +87,52 @@ def test_megatrons_layout_equals_korthikantis_table_2():
         assert got["per_block_total"] == table2 - dropout + stats == got["formula_per_layer"]
 
 
+# torch 2.13.0's profiler (CPU allocations, two gloo processes) over F.cross_entropy(pred.float(), target) and its
+# backward on a rank's (T, V/t) = (4096, 1024) bf16 logits, as the parity lane measures: peak bytes above the logits
+TORCH_LOSS_PEAK = {"loss_parallel": 67_244_044, "plain": 50_331_656}
+T_LOSS, V_LOSS = 4096, 2048  # tokens; the vocabulary, V/t = 1024 at t = 2
+
+
+def zerosim_loss_peak(tp: int, layout: str) -> int:
+    """The bytes the loss holds at its peak on TP rank 0 (its ledger's allocations named loss.* before the first one
+    freed) for a one-block Llama with the eager loss, B·L = T_LOSS tokens, under ZeRO-3 with TP + SP at degree tp."""
+    from zerosim.analysis.costs import measure_stage
+    from zerosim.models import Llama, MetaLlama
+
+    model = MetaLlama(Llama(V_LOSS, 64, 4, 1, T_LOSS, d_ff=128, n_kv_heads=2, attention="flash"), kernels="eager",
+                      loss="eager")
+    _, cluster, _ = measure_stage(model, tp, 3, "adamw", "bf16-mixed", micro_batch=(1, T_LOSS), tp=tp, sp=True,
+                                  gpus_per_node=tp, layout=layout)
+    held = 0
+    for e in cluster.ranks[0].ledger.timeline:
+        if e.name.startswith("loss."):
+            if e.action == "free":
+                return held
+            held += e.nbytes
+    raise AssertionError("no loss in the ledger")
+
+
+def test_the_loss_under_torchs_loss_parallel_holds_what_torch_measured():
+    """torchtitan's loss beside TP is torch's `loss_parallel` (torch 2.13.0, torch/distributed/tensor/parallel/
+    loss.py), whose backward `_nll_loss_and_log_softmax_backward` ends `(grad_input + torch.exp(x)) * grad_output`:
+    one (T, V/t) fp32 tensor more alive than the fused kernels' backward. By hand, what is alive at each statement of
+    that backward (x: the saved log_softmax), fp32, in elements of the rank's T·V/t, then the int64 labels:"""
+    n, labels = T_LOSS * (V_LOSS // 2), 8 * T_LOSS
+    alive = {
+        "grad_input = torch.zeros_like(x)": 1 + 1,  # x, grad_input (the targets' -1 scattered into it in place)
+        "torch.exp(x)": 1 + 1 + 1,  # x, grad_input, exp(x)
+        "grad_input + torch.exp(x)": 1 + 1 + 1 + 1,  # ... and the sum, while exp(x) is still the add's operand
+        "(...) * grad_output": 1 + 1 + 1 + 1,  # x, grad_input, the sum, the product (exp(x) freed after the add)
+    }
+    got = zerosim_loss_peak(2, "torchtitan")
+    assert got == 4 * max(alive.values()) * n + labels
+    assert got == pytest.approx(TORCH_LOSS_PEAK["loss_parallel"], rel=0.005)  # torch's own: 16.03 bytes an element
+    # without loss_parallel, aten's fused kernels: log_softmax's output, nll_loss's and log_softmax's gradients
+    plain = TORCH_LOSS_PEAK["plain"]
+    assert plain == 12 * n + 8  # the 8: the mean's scalar
+    assert TORCH_LOSS_PEAK["loss_parallel"] - plain == pytest.approx(4 * n, rel=0.01)
+
+
 # -- the parity lane: torch itself ----------------------------------------------------------------------------------
 
 def torch_block_activations(torch, tp: int, blocks: int) -> float:
@@ -204,3 +250,67 @@ def test_parity_torch_memtracker_under_torchtitans_plan(fake_world, tp):
     per_block = torch_block_activations(torch, tp, 2) - torch_block_activations(torch, tp, 1)
     assert zerosim_block(tp, "torchtitan") == pytest.approx(per_block, rel=TOLERANCE)
     assert per_block / MIB == TORCH_MIB[tp]  # the numbers the default lane holds zerosim to
+
+
+def _loss_peaks_on_gloo(rank: int, world: int, queue) -> None:
+    """One gloo process of the loss measurement: each rank's (T, V/t) bf16 logits as a DTensor sharded on the
+    vocabulary; the profiler's peak CPU allocation over F.cross_entropy(pred.float(), target) and its backward,
+    under loss_parallel and on a plain tensor (rank 0 puts both on the queue)."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor.parallel import loss_parallel
+    from torch.profiler import ProfilerActivity, profile
+
+    def peak(step) -> int:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            step()
+        events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                        key=lambda e: e.start_ns())
+        now = most = 0
+        for e in events:
+            now += e.nbytes()
+            most = max(most, now)
+        return most
+
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    torch.manual_seed(0)
+    target = torch.randint(V_LOSS, (T_LOSS,))
+    local = torch.randn(T_LOSS, V_LOSS // world, dtype=torch.bfloat16, requires_grad=True)
+    pred = DTensor.from_local(local, mesh, [Shard(1)], run_check=False)
+    plain_leaf = local.detach().clone().requires_grad_()
+
+    def parallel():
+        with loss_parallel():
+            F.cross_entropy(pred.float(), target).backward()
+
+    def plain():
+        F.cross_entropy(plain_leaf.float(), target % (V_LOSS // world)).backward()
+
+    parallel(), plain()  # warm: the first call's one-off allocations
+    local.grad = plain_leaf.grad = None
+    measured = {"loss_parallel": peak(parallel), "plain": peak(plain)}
+    if rank == 0:
+        queue.put(measured)
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow  # two processes, a loss each way
+def test_parity_torchs_loss_parallel_peak(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch", reason="torch (the parity extra) is not installed: pip install -e '.[parity]'")
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    queue = mp.get_context("spawn").SimpleQueue()
+    mp.spawn(_loss_peaks_on_gloo, args=(2, queue), nprocs=2)
+    assert queue.get() == TORCH_LOSS_PEAK  # the numbers the default lane holds zerosim to
+    assert torch.__version__.startswith("2.13")  # where they were measured

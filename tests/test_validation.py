@@ -53,8 +53,10 @@ def test_held_out_errors_meet_the_targets():
     within 12.3 %). The two TP rows joined the
     held-out set after the factors were frozen (docs/validation.md); issue 57 predicted them with their Float8 GEMMs
     and torchtitan's DTensor layout (time +3.9 % / +16.6 %, memory −29 % / −25 %, where they had been −16.4 % / −14.0 %
-    and −52 % / −49 %). The three pipeline rows joined it the same way (issue 59): before them the held-out median was
-    7.7 % over 22 runs and the memory statistic 8.1 % / 29.4 % over 11, every earlier row unchanged."""
+    and −52 % / −49 %; −18 % / −13 % since torch's loss_parallel is counted as torch runs it, docs/validation.md item
+    6). The three pipeline rows joined it the same way (issue 59): before them the held-out median was 7.7 % over 22
+    runs and the memory statistic 8.1 % / 29.4 % over 11 (17.9 % the largest now, the 2D row's), every earlier row
+    unchanged."""
     from zerosim.analysis.planner._validate import summary, validate
 
     rows = validate()
@@ -68,8 +70,9 @@ def test_held_out_errors_meet_the_targets():
     assert (round(stats["memory"]["median_abs_error"], 3), round(stats["memory"]["max_abs_error"], 3)) == (0.086, 0.338)
     before = summary([r for r in rows if r.point.pp == 1])  # the 22 runs of the table before the pipeline rows
     assert (before["held-out"]["points"], round(before["held-out"]["median_abs_error"], 3)) == (22, 0.077)
+    # the largest of the 11 was the 2D row's 29.4 % until loss_parallel's fourth fp32 tensor was counted: 17.9 %
     assert (round(before["memory"]["median_abs_error"], 3), round(before["memory"]["max_abs_error"], 3)) == (0.081,
-                                                                                                             0.294)
+                                                                                                             0.179)
     fsdp_only = [abs(r.memory_error) for r in rows if r.memory_error is not None and r.point.tp == 1]
     assert (len(fsdp_only), round(max(fsdp_only), 3)) == (9, 0.123)
 

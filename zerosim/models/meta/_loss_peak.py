@@ -22,6 +22,20 @@ the list is what is alive at the worst moment, not everything ever allocated.
                    next_pow2(ceil(T / ceil(V / d))) rows, the gradient computed in forward:
                    one chunk's fp32 logits and gradient at a time, no (T, V) tensor
 
+Beside tensor parallelism, torch's `loss_parallel` (torchtitan's loss with TP) runs the eager loss on each rank's
+V/t columns through DTensor's own decomposition (torch 2.13.0, torch/distributed/tensor/parallel/loss.py): forward
+`_log_softmax` (x − max, exp, the sum, its all-reduce, then the result), backward `_nll_loss_and_log_softmax_backward`,
+nll_loss's and log_softmax's fused into `(grad_input + torch.exp(x)) * grad_output`, where x is the saved log_softmax:
+
+    eager under    the saved log_softmax, grad_input (zeros_like(x), the targets scattered),  16·T·V/t
+    loss_parallel  exp(x), and grad_input + exp(x), alive together while the sum is made
+                   (and again beside the product): one (T, V/t) fp32 tensor more than the
+                   fused kernels' peak; the forward's 16-bit logits, x in fp32, x − max and
+                   exp alive together are 14·T·V/t, less
+
+torch 2.13.0 on two gloo processes, its profiler's CPU allocations: 16.03 bytes an element at loss_parallel's peak,
+12.00 for `F.cross_entropy` on a plain tensor (tests/test_tp_activations.py holds the spec to both and to the steps).
+
 The eager peak is 3x the probabilities' (Llama 3's V = 128,256 at T = 16,384: 25.2 GB against 8.4 GB); that is
 the "loss spike" users report when the vocabulary is large.
 """
@@ -42,10 +56,15 @@ def fused_linear_rows(tokens: int, vocab: int, d_model: int) -> int:
     return min(tokens, 1 << max(rows - 1, 0).bit_length())
 
 
-def loss_spec(variant: str, B: int, L: int, V: int, d_model: int, acc=np.float32) -> dict:
-    """{name: (shape, dtype)} alive at the loss's peak (module docstring), the labels (B, L) int64 last."""
+def loss_spec(variant: str, B: int, L: int, V: int, d_model: int, acc=np.float32, loss_parallel: bool = False) -> dict:
+    """{name: (shape, dtype)} alive at the loss's peak (module docstring), the labels (B, L) int64 last; V the
+    columns a rank holds. `loss_parallel`: the columns are a TP rank's and torch's `loss_parallel` runs the loss
+    (the eager loss through DTensor's decomposition)."""
     T, f32 = B * L, np.dtype(acc)
     labels = {"labels": ((B, L), np.dtype(np.int64))}
+    if loss_parallel and variant == "eager":
+        return {"log_softmax": ((T, V), f32), "nll_loss grad": ((T, V), f32), "exp(log_softmax)": ((T, V), f32),
+                "nll_loss grad + exp": ((T, V), f32), **labels}
     if variant == "probabilities":
         return {"probabilities": ((T, V), f32)} | labels
     if variant == "eager":

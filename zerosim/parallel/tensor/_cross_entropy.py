@@ -95,7 +95,7 @@ class VocabParallelCrossEntropy(LMCrossEntropy):
         if self.variant == "probabilities":
             return self.saved_spec(y_shape, y_dtype)
         B, L, V = y_shape
-        return loss_spec(self.variant, B, L, V, 1, acc_dtype(get_format(np.dtype(y_dtype))))
+        return loss_spec(self.variant, B, L, V, 1, acc_dtype(get_format(np.dtype(y_dtype))), loss_parallel=True)
 
     def forward(self, y, target, fmt=None):
         if getattr(y, "is_meta", False):  # shapes only (the meta backend)
