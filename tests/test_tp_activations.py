@@ -133,6 +133,23 @@ def test_the_loss_under_torchs_loss_parallel_holds_what_torch_measured():
     assert TORCH_LOSS_PEAK["loss_parallel"] - plain == pytest.approx(4 * n, rel=0.01)
 
 
+def test_the_pages_quote_the_loss_bytes_torch_measured():
+    """docs/validation.md, docs/tensor-parallelism.md and the loss's module quote torch's bytes an element."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    n = T_LOSS * (V_LOSS // 2)
+    parallel, plain = (f"{TORCH_LOSS_PEAK[k] / n:.2f}" for k in ("loss_parallel", "plain"))
+    assert (parallel, plain) == ("16.03", "12.00")
+    quoted = {  # page: what it says of the two
+        "docs/validation.md": f"{parallel} bytes an element against {plain}",
+        "docs/tensor-parallelism.md": f"torch's profiler measured {parallel} bytes an element",
+        "zerosim/models/meta/_loss_peak.py": f"{parallel} bytes an element at loss_parallel's peak, {plain} for",
+    }
+    for page, said in quoted.items():
+        assert said in " ".join((root / page).read_text().split()), page
+
+
 # -- the parity lane: torch itself ----------------------------------------------------------------------------------
 
 def torch_block_activations(torch, tp: int, blocks: int) -> float:
