@@ -316,7 +316,7 @@ def _loss_peaks_on_gloo(rank: int, world: int, queue) -> None:
 
 
 @pytest.mark.slow  # two processes, a loss each way
-def test_parity_torchs_loss_parallel_peak(tmp_path, monkeypatch):
+def test_parity_torchs_loss_parallel_peak(monkeypatch):
     torch = pytest.importorskip("torch", reason="torch (the parity extra) is not installed: pip install -e '.[parity]'")
     import socket
 
