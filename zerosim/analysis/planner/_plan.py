@@ -30,7 +30,7 @@ from dataclasses import asdict, field, replace
 
 from zerosim._collector import fewer_collections
 from zerosim._dataclass import dataclass
-from zerosim.analysis.costs import (ALLOCATOR_RESERVE, deepspeed_buckets, fit, get_gpu, memory_point, positions_of,
+from zerosim.analysis.costs import (ALLOCATOR_RESERVE, deepspeed_buckets, fit, get_gpu, memory_point,
                                     runtime_overheads)
 from zerosim.analysis.planner._jobs import check_jobs, in_order
 from zerosim.analysis.planner._sweep import run_costs, step_time, step_time_of, written_second
@@ -545,9 +545,7 @@ class _Trial:
                 return row, None
             hw, time_model = self.hardware, self.time_model
             if pipeline:  # the memory run is a whole step: K's, or the first point of K's line (sweep.step_time)
-                costs = None if time_model is None else time_model.costs(
-                    engine.model, spec.micro(B, self.seq_len), hw,
-                    positions_of(engine.parallelisms.members, cluster, engine.dims))
+                costs = run_costs(engine, time_model, hw, spec.micro(B, self.seq_len))
                 one = step_time_of(
                     simulate(cluster.trace, hw, overlap=engine.engines[0].comm.overlap_comm, costs=costs), M)
                 t = step_time(model, self.ranks, stage, hw, self.schedule, self.precision, self.optimizer,

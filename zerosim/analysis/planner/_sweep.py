@@ -96,9 +96,8 @@ def meta_step(model, ranks: int | None, stage, hardware: Hardware, comm=None, pr
         cluster, engine = pipeline_run(model, mesh, spec, optimizer, precision, micro_batch, accumulation_steps, comm,
                                        clip_grad, wire, recipe, parallelisms, steps, tokens,
                                        records_from=records_from, time_only=time_only)
-        costs = None if time_model is None else time_model.costs(  # a CP rank's L / C tokens, its hops' blocks
-            engine.model, None if micro_batch is None else spec.micro(*micro_batch), hardware,
-            positions_of(engine.parallelisms.members, cluster, engine.dims))
+        # a CP rank's L / C tokens, its hops' blocks; each stage's units
+        costs = run_costs(engine, time_model, hardware, None if micro_batch is None else spec.micro(*micro_batch))
         return simulate(cluster.trace, hardware, overlap=engine.engines[0].comm.overlap_comm, costs=costs), engine
     cluster = Cluster(mesh.dims.world_size, backend="meta", trace="call", timeline=False,
                       gpus_per_node=mesh.gpus_per_node)
@@ -176,13 +175,16 @@ def step_time_of(result, micro_steps: int = 1) -> StepTime:
 
 
 def run_costs(engine, time_model, hardware: Hardware, micro_batch: tuple | None = None):
-    """The time model's costs for the run of a meta ZeroEngine `engine` whose ranks each ran `micro_batch` = (B, L)
-    (a CP rank's share: `ParallelSpec.micro`), each rank at its place among the parallelisms; None without a time
-    model (simulate's own kernel times)."""
+    """The time model's costs for the run of a meta ZeroEngine or PipelineEngine `engine` whose ranks each ran
+    `micro_batch` = (B, L) (a CP rank's share: `ParallelSpec.micro`), each rank at its place among the parallelisms
+    and, beside a pipeline, each rank's events timed by its own stage's units; None without a time model
+    (simulate's own kernel times)."""
     if time_model is None:
         return None
-    return time_model.costs(engine.model, micro_batch, hardware,
-                            positions_of(engine.parallelisms.members, engine.cluster, engine.dims))
+    positions = positions_of(engine.parallelisms.members, engine.cluster, engine.dims)
+    if hasattr(engine, "layer_units"):  # a pipeline: a rank's events name its stage model's layers
+        return time_model.costs(engine.timed_model, micro_batch, hardware, positions, engine.layer_units())
+    return time_model.costs(engine.model, micro_batch, hardware, positions)
 
 
 def written_second(engine, hardware: Hardware, costs=None) -> StepTime | None:

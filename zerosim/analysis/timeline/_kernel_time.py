@@ -70,12 +70,15 @@ class KernelTimes:
         loss: the loss kernel ("eager", "chunked", "fused": costs/kernel_work.loss_work).
         position: beside context parallelism, rank -> its position in its CP group, whose blocks its events computed
             (`ContextParallel.position_of`); None: every rank at position 0.
+        units: beside a pipeline, for each rank the index in `model` (every stage's whole) of each layer its events
+            name (its stage model's units: PipelineEngine.layer_units); None: the events' layers are `model`'s own.
     """
 
     def __init__(self, model, micro_batch, efficiency: Efficiency, hardware, fp8_gemms: bool = False,
-                 loss: str = "eager", position=None):
+                 loss: str = "eager", position=None, units=None):
         self.model, self.micro, self.efficiency, self.hw = model, micro_batch, efficiency, hardware
         self.fp8, self.loss, self.position = fp8_gemms, loss, position
+        self.units = units if units is not None and any(u is not None for u in units) else None
         self.rates = None if efficiency.flat is not None else efficiency.rates(device_key(hardware.device))
         if fp8_gemms and hardware.device.fp8 is None:
             raise ValueError(f"{hardware.device.name} has no fp8 tensor cores: fp8 GEMMs need an H100 or H200")
@@ -98,24 +101,33 @@ class KernelTimes:
             self._cache[key] = self._work(ev, key[2] if len(key) == 3 else 0)
         return self._cache[key]
 
+    def _layer(self, ev) -> int:
+        """The index in `model` of the layer the event names (beside a pipeline, its rank's stage's unit); -1 for
+        the loss."""
+        if self.units is None or ev.layer < 0:
+            return ev.layer
+        return self.units[ev.rank][ev.layer]
+
     def _key(self, ev) -> tuple:
         """What an event's work depends on: its unit and pass, and for a CP core unit its rank's position (each
         position computes its own blocks)."""
-        core = self._core.get(ev.layer)  # asked of every compute a simulation times: the model's layers are fixed
+        i = self._layer(ev)
+        core = self._core.get(i)  # asked of every compute a simulation times: the model's layers are fixed
         if core is None:
-            core = self._core[ev.layer] = ev.layer >= 0 and getattr(
-                getattr(self.model.layers[ev.layer], "unit", None), "cp_part", None) == "core"
+            core = self._core[i] = i >= 0 and getattr(
+                getattr(self.model.layers[i], "unit", None), "cp_part", None) == "core"
         if core:
-            return ev.layer, ev.kind, 0 if self.position is None else self.position(ev.rank)
-        return ev.layer, ev.kind
+            return i, ev.kind, 0 if self.position is None else self.position(ev.rank)
+        return i, ev.kind
 
     def _work(self, ev, position: int = 0):
         B, L = self.micro or (None, None)
-        if ev.layer < 0:  # the loss (beside TP, the vocabulary-parallel one on the rank's V/T columns)
+        i = self._layer(ev)
+        if i < 0:  # the loss (beside TP, the vocabulary-parallel one on the rank's V/T columns)
             return loss_work(B * L, self.model.vocab // getattr(self.model, "tp", 1), self.loss) if self.micro else None
         if ev.kind not in PASSES:  # not a unit's pass: Muon's Newton-Schulz, all matrix products (its FLOPs)
             return None
-        layer = self.model.layers[ev.layer]
+        layer = self.model.layers[i]
         unit = getattr(layer, "unit", None)
         if unit is None or self.micro is None:
             return None
@@ -143,15 +155,17 @@ class KernelTimes:
     # -- seconds ------------------------------------------------------------------------------------------
     def compute(self, ev) -> float:
         """Seconds of one Compute event."""
-        seconds = self._seconds.get((ev.layer, ev.kind))  # timed before: a unit's pass (a CP core unit's key holds its
-        if seconds is not None:  # position too, a zero-bubble half's is never kept, a flat efficiency keeps none)
+        # timed before: a unit's pass (a CP core unit's key holds its position too, a zero-bubble half's is never
+        # kept, a flat efficiency keeps none)
+        seconds = self._seconds.get((self._layer(ev), ev.kind))
+        if seconds is not None:
             return seconds
         dev = self.hw.device
         if self.efficiency.flat is not None:
             f = self.efficiency.flat
             return compute_time(ev.flops, ev.bytes_read + ev.bytes_written, dev.rate(self.hw.compute) * f, dev.hbm * f)
         if ev.kind in SPLIT:  # a zero-bubble half: its share of the unit's backward, kernel class by class
-            unit = getattr(self.model.layers[ev.layer], "unit", None) if ev.layer >= 0 else None
+            unit = getattr(self.model.layers[self._layer(ev)], "unit", None) if ev.layer >= 0 else None
             if unit is not None and self.micro is not None:
                 whole = replace(ev, kind="backward", needs=(), values=None)
                 return SPLIT[ev.kind](bool(getattr(unit, "param_shapes", None))) * self.compute(whole)
@@ -223,14 +237,15 @@ class TimeModel:
     fp8_gemms: bool = False  # the blocks' linears in float8 (torchao Float8Linear): H100 / H200
     loss: str = "eager"  # the loss kernel: "eager", "chunked", "fused"
 
-    def costs(self, model, micro_batch, hardware, position=None):
+    def costs(self, model, micro_batch, hardware, position=None, units=None):
         """The `KernelTimes` of one model's step on `hardware`, or None for the roofline (`position`: beside
-        context parallelism, rank -> its CP position: KernelTimes)."""
+        context parallelism, rank -> its CP position; `units`: beside a pipeline, each rank's layers in `model`:
+        KernelTimes)."""
         if self.efficiency is None:
             if self.fp8_gemms:
                 raise ValueError("fp8 GEMMs are charged by the efficiency model: give an efficiency preset, not 'peak'")
             return None
-        return KernelTimes(model, micro_batch, self.efficiency, hardware, self.fp8_gemms, self.loss, position)
+        return KernelTimes(model, micro_batch, self.efficiency, hardware, self.fp8_gemms, self.loss, position, units)
 
     def gemm_rate(self, hardware) -> float:
         """FLOP/s a large GEMM runs at on `hardware` under this model: the peak, derated (what a model known only by

@@ -162,6 +162,22 @@ class PipelineEngine:
             return Parallelisms(self.context.parallelisms)
         return Parallelisms(() if self.tensor is None else (self.tensor,))
 
+    @property
+    def timed_model(self):
+        """The model whose layers a report times this engine's computes by: every stage's whole (the TP or CP rank's
+        twin beside them), of which `layer_units` says where each rank's layers lie."""
+        return self.stage_models[0].whole
+
+    def layer_units(self) -> list:
+        """For each rank, the index in `timed_model`'s layers of each of its own layers (a rank's events name its
+        stage model's layers: its chunks' units, in order; StageModel.units)."""
+        if self.dims.pp == 1:
+            return [None] * self.cluster.world_size
+        units = [None] * self.cluster.world_size
+        for (lo, hi), part in zip(self._blocks, self.stage_models):
+            units[lo:hi] = [part.units] * (hi - lo)
+        return units
+
     # -- the step ---------------------------------------------------------------------------------------
     def step(self, batches) -> list:
         """One step: `batches[d]` is data-parallel rank d's M micro-batches [(x, target), ...] (every rank of its
