@@ -230,8 +230,9 @@ STRATEGY_PEAKS_7B = [
     # block: 31 block inputs and block 31's whole tensors (its input among them) in its backward: 4.09 GB; the
     # seed's "32·BLd + 14·BLd + BHL²" counts block 31's input twice and leaves out the ids and LN statistics
     (dict(checkpoint="block"), IDS + 31 * BLD2 + LAYER_7B, "block 31's backward: 4.1 GB"),
-    # subblock: 64 sub-block inputs and the head's: the loss moment beats every FFN half's backward (4.8 GB)
-    (dict(unit="sublayer", checkpoint="subblock"), IDS + 65 * BLD2 + LOSS, "at the loss: 6.0 GB"),
+    # subblock: 64 sub-block inputs and the head's tensors (not checkpointed: the frameworks wrap the blocks only):
+    # the loss moment beats every FFN half's backward (4.8 GB)
+    (dict(unit="sublayer", checkpoint="subblock"), IDS + 64 * BLD2 + HEAD + LOSS, "at the loss: 6.0 GB"),
     # every-k, k = round(√32) = 6: groups of 6 blocks; group 4 (blocks 24-29) rebuilt beside the 4 earlier
     # groups' inputs: 12.3 GB (the last group holds only blocks 30 and 31)
     (dict(checkpoint="every-k"), IDS + 4 * BLD2 + 6 * LAYER_7B, "group 4's backward: 12.3 GB"),

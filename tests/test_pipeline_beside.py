@@ -135,10 +135,10 @@ def test_fsdp2s_own_recipe_beside_the_kept_stage_is_refused(backend):
 @pytest.mark.parametrize("sp, T", [(True, 2), (False, 2), (True, 4)])
 def test_sequence_parallelism_beside_a_pipeline_keeps_a_tp_ranks_shard_of_each_block_input(sp, T):
     """GPipe holds all M = 3 micro-batches on the first stage (embed, block0, block1: torchtitan's split of 4 blocks +
-    2 over 2 stages), each unit checkpointed (checkpoint "block") keeping its input: the embedding its (B, L) = (2, 4)
-    int64 token ids (64 bytes, on every TP rank), each block its (B, L, d) = (2, 4, 8) bf16 input, 128 bytes whole.
-    With sequence parallelism each TP rank keeps its L/T rows of a block's input (Korthikanti et al. 2022, §4.2.2;
-    Megatron's sequence parallel); without, the whole input."""
+    2 over 2 stages), each block checkpointed (checkpoint "block") keeping its (B, L, d) = (2, 4, 8) bf16 input, 128
+    bytes whole (the embedding is not checkpointed: its ids are its cache, no block input). With sequence parallelism
+    each TP rank keeps its L/T rows of a block's input (Korthikanti et al. 2022, §4.2.2; Megatron's sequence
+    parallel); without, the whole input."""
     model = GPT(vocab=16, d_model=8, n_heads=4, n_layers=4, seq_len=4, checkpoint="block")
     cluster = Cluster(2 * T, gpus_per_node=T)
     engine = PipelineEngine(model, cluster, 1, Adam(lr=1e-2), "bf16-mixed", pp=2, schedule="gpipe", micro_batches=3,
@@ -150,8 +150,8 @@ def test_sequence_parallelism_beside_a_pipeline_keeps_a_tp_ranks_shard_of_each_b
         if isinstance(e, LedgerEvent) and e.rank == 0 and e.name.endswith(".block input"):
             live += e.nbytes if e.action == "alloc" else -e.nbytes
             most = max(most, live)
-    ids, whole = 2 * 4 * 8, 2 * 4 * 8 * 2  # B·L int64; B·L·d bf16
-    assert most == 3 * (ids + 2 * (whole // T if sp else whole))  # M micro-batches × (the ids + 2 blocks' inputs)
+    whole = 2 * 4 * 8 * 2  # B·L·d bf16
+    assert most == 3 * 2 * (whole // T if sp else whole)  # M micro-batches × 2 blocks' inputs
 
 
 # -- Megatron's overlapped gradient reduce beside a pipeline -------------------------------------------------------

@@ -12,7 +12,8 @@ as the Model's checkpoint blocks; the engine runs with checkpoint=model.checkpoi
     "op-sac"     torchtitan's op-level selective checkpointing: each block's input and the outputs of every
                  other product and of attention kept (models/meta/_sac.py; the data-less twins only)
 
-The embedding and the head are checkpoint blocks of their own (the head is recomputed too).
+The embedding and the head are checkpoint blocks of their own that checkpointing leaves alone (`saved_blocks`): they
+keep their caches in forward and are not recomputed, as the frameworks checkpoint the transformer blocks only.
 """
 
 from __future__ import annotations
@@ -87,6 +88,18 @@ def strategy_blocks(per_block: list, n_units: int, checkpoint: str) -> list:
     else:  # "block", and "none" (where the blocks are not used)
         middle = per_block
     return [(0, 1), *middle, (n_units - 1, n_units)]
+
+
+def saved_blocks(blocks: list) -> tuple:
+    """The checkpoint blocks of a decoder that activation checkpointing leaves alone (`Model.saved_blocks`): the
+    embedding's (the first) and the head's (the last, with the final norm). The frameworks recompute the transformer
+    blocks only: torchtitan wraps each TransformerBlock in `checkpoint_wrapper` and nothing else (pytorch/torchtitan
+    at 9dec370, torchtitan/parallelisms/parallelize_llama.py, `apply_ac`), Megatron runs its layers through
+    `checkpointed_forward` and the final layernorm and the output layer after it, saving as usual (Megatron-LM
+    core_v0.19.0, megatron/core/transformer/transformer_block.py `TransformerBlock.forward`,
+    megatron/core/models/gpt/gpt_model.py `GPTModel._postprocess`); Composer's MPT and HF Transformers' gradient
+    checkpointing wrap the decoder layers alike."""
+    return (blocks[0], blocks[-1])
 
 
 def check_token_batch(model, x, target) -> None:

@@ -43,13 +43,21 @@ class Model:
     `checkpoint_blocks` are [start, stop) layer ranges that tile the layers in order. With activation
     checkpointing only each block's input is kept through the forward pass; backward recomputes a
     block's activations from it, one block at a time (default: one block holding every layer).
+    `saved_blocks` are the checkpoint blocks that checkpointing leaves alone, as a module torch's checkpoint
+    does not wrap: their layers keep their caches in forward and are not recomputed (a decoder's embedding and
+    head, models/_decoder.py `saved_blocks`).
     """
 
-    def __init__(self, layers: list[Layer], loss: Loss, checkpoint_blocks: list[tuple[int, int]] | None = None):
+    def __init__(self, layers: list[Layer], loss: Loss, checkpoint_blocks: list[tuple[int, int]] | None = None,
+                 saved_blocks=()):
         self.layers = list(layers)
         self.loss = loss
         n = len(self.layers)
         self.checkpoint_blocks = [tuple(b) for b in (checkpoint_blocks or [(0, n)])]
+        self.saved_blocks = frozenset(tuple(b) for b in saved_blocks)
+        if not self.saved_blocks <= set(self.checkpoint_blocks):
+            raise ValueError(f"saved_blocks {sorted(self.saved_blocks)} must be checkpoint blocks "
+                             f"({self.checkpoint_blocks})")
         starts = [s for s, _ in self.checkpoint_blocks]
         stops = [e for _, e in self.checkpoint_blocks]
         if (

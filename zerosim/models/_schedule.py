@@ -15,6 +15,8 @@ output is not needed (seed 004 recomputes h and a, not y) — the "keep input" o
     checkpointing        per block: forward (save block input, then nothing) · loss ·
                          per block from the last: recompute s..e-2 (save caches), keep input e-1
                          (or recompute it) · backward e-1..s
+    a saved block        (`Model.saved_blocks`: a decoder's embedding and head) forward (save caches) ·
+                         backward, as without checkpointing
 """
 
 from __future__ import annotations
@@ -52,11 +54,17 @@ def schedule(model, checkpoint: bool = False) -> tuple:
         return tuple(
             [Op("forward", i) for i in range(n)] + [Op("loss", -1)] + [Op("backward", i) for i in reversed(range(n))]
         )
-    ops = []
+    ops, saved = [], model.saved_blocks
     for start, stop in model.checkpoint_blocks:
-        ops += [Op("forward", i, save=False, checkpoint=i == start) for i in range(start, stop)]
+        if (start, stop) in saved:  # left alone: its caches kept, as without checkpointing
+            ops += [Op("forward", i) for i in range(start, stop)]
+        else:
+            ops += [Op("forward", i, save=False, checkpoint=i == start) for i in range(start, stop)]
     ops.append(Op("loss", -1))
     for start, stop in reversed(model.checkpoint_blocks):
+        if (start, stop) in saved:
+            ops += [Op("backward", i) for i in reversed(range(start, stop))]
+            continue
         ops += [Op("recompute", i, from_checkpoint=i == start) for i in range(start, stop - 1)]
         last = "keep input" if layers[stop - 1].saves_input_only else "recompute"
         ops.append(Op(last, stop - 1, from_checkpoint=stop - 1 == start))

@@ -315,7 +315,8 @@ QUESTIONS = {q.name: q for q in (
     Question("block-extra-flops", "Block checkpointing on seed 001's 7B GPT (B = 4, L = 2048): how much more compute "
              "does a step do, in percent?", "%", _block_extra,
              "The backward of a product costs twice its forward, so a step is 1 forward + 2 = 3 forwards; block "
-             "checkpointing runs each block's forward once more: one third more, seed 001's '≈ 1/3'.",
+             "checkpointing runs each block's forward once more (not the embedding's or the head's): a little under "
+             "one third more, seed 001's '≈ 1/3'.",
              tolerance=0.03,  # the head and the loss are not recomputed, attention's L² terms weigh differently
              wrong=((100, "a second full step: only the forward is run again, and it is a third of the step."),
                     (50, "half a step: the forward is a third of it, not a half."))),

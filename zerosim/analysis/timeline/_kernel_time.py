@@ -134,8 +134,6 @@ class KernelTimes:
         tensor = _tensor_parallel()
         if tensor is not None and isinstance(layer, tensor.MetaTensorParallelUnit):  # a TP rank's slice, by kernel
             # class (costs/_tensor_work.py)
-            if ev.kind == "recompute" and not layer.name.startswith("block"):
-                return Work()  # as below: the frameworks recompute the transformer blocks only
             m = self.model
             return tp_unit_work(unit, B, L, ev.kind, self.efficiency.kernels, self.fp8, m.tp, m.sequence_parallel)
         if getattr(unit, "cp_part", None) is not None:  # a CP rank's attention part (costs/_context_work.py)
@@ -143,11 +141,6 @@ class KernelTimes:
         table = any(k in unit.param_shapes for k in ("embed_tokens", "wte"))
         x_shape = (B, L) if table else (B, L, self.model.d_model)
         again = None
-        if ev.kind == "recompute" and not is_block(unit):
-            # the frameworks checkpoint the transformer blocks only (torchtitan's apply_ac, Composer's MPTBlock
-            # activation_checkpointing_fn, HF's gradient checkpointing of decoder layers): the embedding and the
-            # head keep their cache and are not run again, though zerosim's schedule rebuilds theirs
-            return Work()
         if ev.kind == "recompute" and getattr(self.model, "checkpoint", None) == "op-sac":
             again = {name for i, (name, _) in enumerate(weights(unit)) if i % 2 == 1}  # every second mm recomputed
         return unit_work(unit, x_shape, ev.kind, self.efficiency.kernels, self.fp8 and is_block(unit), again)

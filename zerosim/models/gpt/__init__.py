@@ -22,6 +22,7 @@ from zerosim.models._decoder import (
                                      Decoder,
                                      check_units,
                                      every_k,
+                                     saved_blocks,
                                      strategy_blocks,
                                      strategy_options,
 )
@@ -37,5 +38,5 @@ __all__ = [
     "ALL_STRATEGIES", "AttentionBlock", "CHECKPOINTS", "COMPOSED", "Decoder", "Embedding", "FFNBlock", "GPT",
     "INIT_STD", "LMHead", "MetaGPT",
     "STRATEGIES", "TransformerBlock", "UNITS", "check_units", "embedding_backward", "embedding_forward", "every_k",
-    "pack_mask", "strategy_blocks", "strategy_options", "unpack_mask",
+    "pack_mask", "saved_blocks", "strategy_blocks", "strategy_options", "unpack_mask",
 ]

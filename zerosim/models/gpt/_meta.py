@@ -37,7 +37,8 @@ class MetaGPT(MetaDecoder):
         if not isinstance(gpt, GPT):
             raise TypeError(f"MetaGPT twins a zerosim.models.GPT, got {type(gpt).__name__}")
         units = twin_units(gpt.layers, kernels, "w_head" if tied_head else None)
-        super().__init__(units, twin_loss(kernels, loss, gpt.d_model), checkpoint_blocks=gpt.checkpoint_blocks)
+        super().__init__(units, twin_loss(kernels, loss, gpt.d_model), checkpoint_blocks=gpt.checkpoint_blocks,
+                         saved_blocks=gpt.saved_blocks)
         self.kernels = kernels
         self.gpt, self.tied_head = gpt, tied_head
         self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = (

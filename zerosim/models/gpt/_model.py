@@ -16,7 +16,7 @@ as the Model's checkpoint blocks; the engine runs with checkpoint=gpt.checkpoint
     "every-k"    keep the input of every k-th block, k = round(√n_layers): seed 001's optimum,
                  O(n_layers/k + k) memory; a checkpoint block recomputes k blocks at once
 
-The embedding and the head are checkpoint blocks of their own (the head is recomputed too).
+The embedding and the head are checkpoint blocks of their own, not recomputed (models/_decoder.py `saved_blocks`).
 Attention: "standard" (P kept), "selective" (P dropped, rebuilt from Q and K in backward: seed
 001's selective retention, bitwise the same gradients) or "flash" (tiled, no L² buffer at all).
 """
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zerosim.models._decoder import Decoder, check_units, strategy_blocks
+from zerosim.models._decoder import Decoder, check_units, saved_blocks, strategy_blocks
 from zerosim.models.gpt._attention import AttentionBlock
 from zerosim.models.gpt._block import TransformerBlock
 from zerosim.models.gpt._embedding import Embedding
@@ -71,8 +71,8 @@ class GPT(Decoder):
                 layers.append(FFNBlock(d_model, activation, n_layers, name=f"block{i}.ffn"))
             per_block.append((start, len(layers)))
         layers.append(LMHead(d_model, vocab))
-        super().__init__(layers, LMCrossEntropy(),
-                         checkpoint_blocks=strategy_blocks(per_block, len(layers), checkpoint))
+        blocks = strategy_blocks(per_block, len(layers), checkpoint)
+        super().__init__(layers, LMCrossEntropy(), checkpoint_blocks=blocks, saved_blocks=saved_blocks(blocks))
         self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = vocab, d_model, n_heads, n_layers, seq_len
         self.unit, self.activation, self.attention, self.checkpoint = unit, activation, attention, checkpoint
 

@@ -39,7 +39,8 @@ class MetaLlama(MetaDecoder):
         if not isinstance(llama, Llama):
             raise TypeError(f"MetaLlama twins a zerosim.models.Llama, got {type(llama).__name__}")
         units = twin_units(llama.layers, kernels, "lm_head" if tied_head else None)
-        super().__init__(units, twin_loss(kernels, loss, llama.d_model), checkpoint_blocks=llama.checkpoint_blocks)
+        super().__init__(units, twin_loss(kernels, loss, llama.d_model), checkpoint_blocks=llama.checkpoint_blocks,
+                         saved_blocks=llama.saved_blocks)
         self.kernels = kernels
         self.gpt = self.llama = llama  # `gpt`: the name MetaGPT gives its model, kept for callers that read it
         self.tied_head = tied_head

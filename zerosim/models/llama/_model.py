@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from zerosim.models._decoder import Decoder, check_units, strategy_blocks
+from zerosim.models._decoder import Decoder, check_units, saved_blocks, strategy_blocks
 from zerosim.models.layers import BLOCK, RMS_EPS, ROPE_THETA, LMCrossEntropy, check_mode
 from zerosim.models.llama._attention import LlamaAttention, check_gqa
 from zerosim.models.llama._block import LlamaBlock
@@ -103,9 +103,8 @@ class Llama(Decoder):
         common = dict(rope_theta=rope_theta, rms_eps=rms_eps, qkv_bias=qkv_bias, o_bias=o_bias, block=flash_block)
         layers, per_block = _llama_layers(vocab, d_model, n_heads, n_kv_heads, head_dim, d_ff, n_layers, unit,
                                           attention, common)
-        super().__init__(
-            layers, LMCrossEntropy(), checkpoint_blocks=strategy_blocks(per_block, len(layers), checkpoint)
-        )
+        blocks = strategy_blocks(per_block, len(layers), checkpoint)
+        super().__init__(layers, LMCrossEntropy(), checkpoint_blocks=blocks, saved_blocks=saved_blocks(blocks))
         self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = vocab, d_model, n_heads, n_layers, seq_len
         self.n_kv_heads, self.head_dim, self.d_ff = n_kv_heads, head_dim, d_ff
         self.rope_theta, self.rms_eps, self.qkv_bias, self.o_bias = float(rope_theta), rms_eps, qkv_bias, o_bias

@@ -160,7 +160,8 @@ class MetaContextParallelModel(MetaDecoder):
                 units.append(_MetaEmbedding(u))
             else:
                 units.append(MetaUnit(u))
-        super().__init__(units, loss, checkpoint_blocks=model.checkpoint_blocks)
+        super().__init__(units, loss, checkpoint_blocks=model.checkpoint_blocks,
+                         saved_blocks=model.saved_blocks)
         self.local = model
         for name in ("vocab", "d_model", "n_heads", "n_layers", "seq_len", "checkpoint", "attention", "unit", "cp",
                      "style", "split", "causal", "positioned", "family", "full"):

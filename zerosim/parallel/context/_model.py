@@ -98,7 +98,8 @@ class ContextParallelModel(Decoder):
                 base.append(i)
             spans.append((start, len(layers)))
         blocks = [(spans[s][0], spans[e - 1][1]) for s, e in self.cut.checkpoint_blocks]
-        super().__init__(layers, self.cut.loss, checkpoint_blocks=blocks)
+        saved = [(spans[s][0], spans[e - 1][1]) for s, e in self.cut.saved_blocks]
+        super().__init__(layers, self.cut.loss, checkpoint_blocks=blocks, saved_blocks=saved)
         self.base, self.positioned = tuple(base), frozenset(positioned)
         self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = (
             full.vocab, full.d_model, full.n_heads, full.n_layers, full.seq_len)

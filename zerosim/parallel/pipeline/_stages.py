@@ -186,13 +186,15 @@ class StageModel(Model):
             chunks.append((len(units), len(units) + hi - lo))
             units += range(lo, hi)
         self.units, self.chunks = tuple(units), tuple(chunks)
-        blocks = []  # the whole model's checkpoint blocks, cut at the chunks' edges and renumbered
+        blocks, saved = [], []  # the whole model's checkpoint blocks, cut at the chunks' edges and renumbered
         for c0, c1 in chunks:
             for a, b in whole.checkpoint_blocks:
                 lo, hi = max(a, units[c0]), min(b, units[c1 - 1] + 1)
                 if lo < hi:
                     blocks.append((c0 + lo - units[c0], c0 + hi - units[c0]))
-        super().__init__([whole.layers[u] for u in units], whole.loss, blocks)
+                    if (a, b) in whole.saved_blocks:  # a piece of a block checkpointing leaves alone: left alone
+                        saved.append(blocks[-1])
+        super().__init__([whole.layers[u] for u in units], whole.loss, blocks, saved)
         ids = self.stage_ids
         self.first = ids[0] == 0  # holds stage 0: reads the micro-batch
         self.last = ids[-1] == split_.stages - 1  # holds the last stage: runs the loss

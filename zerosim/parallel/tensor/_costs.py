@@ -133,8 +133,8 @@ def torchtitan_eager_layer_bytes(s: int, b: int, d: int, heads: int, kv_heads: i
 
 # In units of one sequence-parallel phase, X·(t − 1)/t bytes a rank sends (X = b·s·h 16-bit activations; an
 # all-reduce is two phases), where each unit's operators sit (_plan.py), forward (and again in a recomputation),
-# backward. The GPT's embedding all-reduces then cuts (positions join after the reduce); its checkpoint block
-# recomputes it, the Llama's keeps its ids instead ("keep input").
+# backward. The GPT's embedding all-reduces then cuts (positions join after the reduce). Checkpointing recomputes the
+# blocks only: the embedding and the head keep their caches (models/_decoder.py `saved_blocks`).
 PHASES = {  # (sequence parallel) -> {part: phases}
     False: {"block forward": 4, "block backward": 4, "embedding forward": 2, "embedding backward": 0,
             "head forward": 0, "head backward": 2},
@@ -146,15 +146,15 @@ PHASES = {  # (sequence parallel) -> {part: phases}
 def tp_bytes_per_micro_step(layers: int, b: int, s: int, h: int, t: int, sp: bool, recompute: bool = False,
                             gpt: bool = False, width: int = 2, embedding: bool = True, head: bool = True) -> float:
     """Bytes one rank sends in TP's collectives in one micro-step: the activations' phases (PHASES; the GPT's
-    embedding all-reduces under SP too, 2 phases, and is recomputed with the blocks) and the loss's three fp32
+    embedding all-reduces under SP too, 2 phases; `recompute` runs the blocks' forward again) and the loss's three fp32
     all-reduces of b·s statistics. `layers` blocks, with the `embedding` and the `head` (and the loss): a pipeline
     rank holds some blocks, the first the embedding, the last the head. Not counted: SP's all-reduce of the norms'
     gradients (at most (2·layers + 1)·h elements, once a step)."""
     p = PHASES[sp]
     block = p["block forward"] * (2 if recompute else 1) + p["block backward"]
     forward = 2 if gpt and sp else p["embedding forward"]
-    first = forward * (2 if recompute and gpt else 1) + p["embedding backward"] if embedding else 0
-    last = p["head forward"] * (2 if recompute else 1) + p["head backward"] if head else 0
+    first = forward + p["embedding backward"] if embedding else 0
+    last = p["head forward"] + p["head backward"] if head else 0
     X = b * s * h * width
     loss = 3 * 2 * (t - 1) * math.ceil(b * s / t) * 4 if head else 0
     return (layers * block + first + last) * X * (t - 1) / t + loss

@@ -112,7 +112,8 @@ class MetaTensorParallelModel(MetaDecoder):
         # the loss's peak: Megatron's fused vocabulary-parallel kernel keeps the fp32 softmax of the rank's V/T columns;
         # torch's loss_parallel (torchtitan) runs the loss the twin was given on them (models/meta/_loss_peak.py)
         variant = "probabilities" if model.layout == "megatron" or loss is None else loss
-        super().__init__(units, VocabParallelCrossEntropy(variant), checkpoint_blocks=model.checkpoint_blocks)
+        super().__init__(units, VocabParallelCrossEntropy(variant), checkpoint_blocks=model.checkpoint_blocks,
+                         saved_blocks=model.saved_blocks)
         self.local, self.kernels, self.loss_variant = model, kernels, variant
         for name in ("vocab", "d_model", "n_heads", "n_layers", "seq_len", "checkpoint", "attention", "unit", "tp",
                      "sequence_parallel", "family", "full", "wrap_units", "layout"):

@@ -34,7 +34,7 @@ import numpy as np
 
 from zerosim._dataclass import dataclass
 from zerosim.models import GPT, Llama
-from zerosim.models.gpt import Decoder, check_units, every_k
+from zerosim.models.gpt import Decoder, check_units, every_k, saved_blocks
 from zerosim.models.layers import BLOCK
 from zerosim.parallel.tensor._cross_entropy import VocabParallelCrossEntropy
 from zerosim.parallel.tensor._layers import MLP, Attention, GQAttention, SwiGLU
@@ -181,8 +181,9 @@ class TensorParallelModel(Decoder):
         layers, sources = FAMILIES[type(full)](full, tp, saves)
         first = 2 if isinstance(full, GPT) else 1  # the embedding's units
         per_block = [(first + UNITS_PER_BLOCK * i, first + UNITS_PER_BLOCK * (i + 1)) for i in range(full.n_layers)]
-        super().__init__(layers, VocabParallelCrossEntropy(), checkpoint_blocks=_blocks(per_block, len(layers),
-                                                                                         first, full.checkpoint))
+        blocks = _blocks(per_block, len(layers), first, full.checkpoint)
+        super().__init__(layers, VocabParallelCrossEntropy(), checkpoint_blocks=blocks,
+                         saved_blocks=saved_blocks(blocks))
         self.full, self.tp, self.sequence_parallel, self.sources = full, tp, sequence_parallel, sources
         self.layout = layout
         # what FSDP wraps as one unit: each transformer block's five units (torchtitan's apply_fsdp calls fully_shard
@@ -208,7 +209,8 @@ class TensorParallelModel(Decoder):
 
 def _blocks(per_block: list, n_units: int, first: int, checkpoint: str) -> list:
     """Checkpoint blocks: the embedding's units, the transformer blocks (k at a time with "every-k"), the final norm
-    and the head — every block's input a plain activation."""
+    and the head — every block's input a plain activation; the first and the last are not recomputed
+    (models/_decoder.py `saved_blocks`)."""
     if checkpoint == "every-k":
         k = every_k(len(per_block))
         per_block = [(per_block[i][0], per_block[min(i + k, len(per_block)) - 1][1])
