@@ -71,6 +71,23 @@ def test_mlp_layout_and_blocks():
     assert MLP([3, 2], bias=False).num_params == 6
     with pytest.raises(ValueError):
         Model([ReLU(), ReLU()], m.loss, checkpoint_blocks=[(0, 1)])  # blocks must cover every layer
+    with pytest.raises(ValueError, match=r"saved_blocks \[\(0, 2\)\] must be checkpoint blocks"):
+        Model([ReLU(), ReLU()], m.loss, checkpoint_blocks=[(0, 1), (1, 2)], saved_blocks=[(0, 2)])
+
+
+def test_a_saved_block_runs_as_without_checkpointing():
+    """Model.saved_blocks: the blocks checkpointing leaves alone keep their caches in forward and are not recomputed
+    (the schedule's ops by hand for an MLP of three blocks whose last is saved)."""
+    from zerosim.models._schedule import schedule
+
+    m = MLP([3, 5, 4, 2])  # fc0 act0 | fc1 act1 | fc2
+    saved = Model(m.layers, m.loss, checkpoint_blocks=m.checkpoint_blocks, saved_blocks=[(4, 5)])
+    ops = [(op.kind, op.layer, op.save) for op in schedule(saved, checkpoint=True)]
+    assert ops == [("forward", 0, False), ("forward", 1, False), ("forward", 2, False), ("forward", 3, False),
+                   ("forward", 4, True),  # the saved block: its cache kept
+                   ("loss", -1, True), ("backward", 4, True),  # no recompute of fc2
+                   ("recompute", 2, True), ("keep input", 3, True), ("backward", 3, True), ("backward", 2, True),
+                   ("recompute", 0, True), ("keep input", 1, True), ("backward", 1, True), ("backward", 0, True)]
 
 
 # -- seed 004 -----------------------------------------------------------------------------------
