@@ -466,6 +466,8 @@ def test_strategies_figure_bars_are_the_measured_peaks_and_flops(seed001_strateg
     assert block["extra"] < 1 / 3 - 0.005  # the head's forward, 1 % of the step's FLOPs, is not run again
     labels = [t.get_window_extent() for ax in fig.axes for t in ax.texts]
     assert not any(a.overlaps(b) for i, a in enumerate(labels) for b in labels[i + 1:])
+    line = flops.transData.transform((100 / 3, 0))[0]  # the seed's 1/3 in pixels: no label lies across it
+    assert not any(t.get_window_extent().x0 < line < t.get_window_extent().x1 for t in flops.texts)
 
 
 def test_the_memory_pages_strategy_table_is_the_measured_rows(seed001_strategies):
