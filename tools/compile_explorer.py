@@ -1,7 +1,7 @@
 """Compile the explorer page's grid into zerosim/explore/grid.json: `zerosim memory --json` and `zerosim timeline
 --json` once for every setting of the page (zerosim/explore/_grid.py), run in this process, a worker per core.
 
-    python tools/compile_explorer.py            # 87 minutes on 2 busy cores (17,280 settings, 6,912 memory runs)
+    python tools/compile_explorer.py            # ~10 minutes on 2 cores (17,280 settings, 6,912 memory runs: 567 s)
     python tools/compile_explorer.py --jobs 16  # a worker per core of a bigger machine
     python tools/compile_explorer.py --where gpu=a100-40gb --where offload=cpu   # only the settings a change moved
 
