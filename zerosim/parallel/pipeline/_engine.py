@@ -170,11 +170,10 @@ class PipelineEngine:
 
     def layer_units(self) -> list:
         """For each rank, the index in `timed_model`'s layers of each of its own layers (a rank's events name its
-        stage model's layers: its chunks' units, in order; StageModel.units)."""
-        if self.dims.pp == 1:
-            return [None] * self.cluster.world_size
+        stage model's layers: its chunks' units, in order; StageModel.units); None for every rank of one stage, whose
+        layers are the whole's."""
         units = [None] * self.cluster.world_size
-        for (lo, hi), part in zip(self._blocks, self.stage_models):
+        for (lo, hi), part in zip(self._blocks if self.dims.pp > 1 else (), self.stage_models):
             units[lo:hi] = [part.units] * (hi - lo)
         return units
 
