@@ -164,6 +164,12 @@ class Attention(ColumnRow):
         self.kv_heads, self.head_dim = self.heads, d // heads  # multi-head: every query head its own K and V
         self.param_shapes = {"w_qkv": (3 * dr, d), "b_qkv": (3 * dr,), "w_o": (d, dr)}
 
+    @property
+    def attention(self) -> str:
+        """The attention kernel, as the unsplit unit names it (the time model reads it: analysis/costs/_kernel_work.py
+        `attention_of`, attention's L × L work on the rank's H_r heads)."""
+        return self.mode
+
     def region_forward(self, p, h, f):
         dr = self.d // self.tp
         qkv = tokens_linear_forward(h, p["w_qkv"], p["b_qkv"], f)  # (B, L, 3d/T) fmt
@@ -211,6 +217,12 @@ class GQAttention(ColumnRow):
         if qkv_bias:
             self.param_shapes |= {"q_bias": (wq,), "k_bias": (wkv,), "v_bias": (wkv,)}
         self.param_shapes["o_proj"] = (d, wq)
+
+    @property
+    def attention(self) -> str:
+        """The attention kernel, as the unsplit unit names it (the time model reads it: analysis/costs/_kernel_work.py
+        `attention_of`, attention's L × L work on the rank's H_r heads)."""
+        return self.mode
 
     @property
     def n_rep(self) -> int:
