@@ -66,6 +66,26 @@ def test_memory_holds_every_activation_at_l_over_c_by_name_at_128k_tokens(tmp_pa
     assert "N = 16 GPUs = cp 8 x dp 2" in text and "attn.out.LSE" in text and "(CP)" in text
 
 
+@pytest.mark.parametrize("sp", [pytest.param(False, marks=pytest.mark.slow), True], ids=["tp", "tp+sp"])  # ~3.5 s each
+def test_memory_beside_tp_names_every_degree_and_who_keeps_each_tensor(sp):
+    """Beside TP the header names all three degrees (tp × cp × dp = N) and, with sequence parallelism, says so; the
+    layer's table marks what the unsplit layer does not keep by who keeps it: CP's positions, TP's column-GEMM inputs
+    (with SP their sequence shards), at L / (C·T) tokens with SP: by hand, B = 1, L = 256, C = T = 2, d = 4,096,
+    bf16."""
+    r = as_json("memory", "--model", "llama-3-8b", "--ranks", "8", "--seq-len", "256", "--cp", "2", "--tp", "2",
+                *(["--sp"] if sp else []), "--checkpoint", "flash")
+    per_block = r["activations"]["per_block"]
+    kept = "attn.qkv.attention input" + (" (sequence shard)" if sp else "")
+    assert per_block[kept] == (64 if sp else 128) * 4096 * 2  # the shard's L / (C·T) tokens, else L / C
+    assert per_block["ln1.block input"] == (64 if sp else 128) * 4096 * 2
+    text = zerosim("memory", "--model", "llama-3-8b", "--ranks", "8", "--seq-len", "256", "--cp", "2", "--tp", "2",
+                   *(["--sp"] if sp else []), "--checkpoint", "flash").stdout
+    assert ("N = 8 GPUs = tp 2 x cp 2 x dp 2" + (" with sequence" if sp else ",")) in text
+    rows = {line.split()[0]: line.split()[-1] for line in text.splitlines() if line.startswith("    attn.qkv.")}
+    assert rows == {"attn.qkv.attention": "(SP)" if sp else "(TP)", "attn.qkv.positions": "(CP)"}
+    assert all(len(line) <= 120 for line in text.splitlines() if "|" not in line)  # the prose (the table is wide)
+
+
 @pytest.mark.slow  # a million tokens on 16 ranks, one stage: ~4 s
 def test_memory_accounts_a_million_tokens_on_16_ranks(tmp_path):
     L, C = 1 << 20, 16
@@ -148,8 +168,9 @@ def test_train_with_cp_cuts_each_data_parallel_ranks_sequences_over_its_cp_group
      "--cp-style says how the keys and values travel the CP group: give --cp C > 1 with it"),
     (["memory", "--model", "llama-3-8b", "--ranks", "8", "--seq-len", "256", "--cp", "3"],
      "--cp 3 does not divide --ranks 8"),
-    (["memory", "--model", "llama-3-8b", "--ranks", "8", "--seq-len", "256", "--cp", "2", "--tp", "2", "--sp"],
-     "--cp beside sequence parallelism (--sp) is not modelled"),
+    (["memory", "--model", "llama-3-8b", "--ranks", "8", "--seq-len", "260", "--cp", "2", "--tp", "2", "--sp",
+      "--checkpoint", "flash"], "a sequence of 260 tokens does not split zigzag over cp = 2 ranks: its length must be "
+                                "a multiple of 2 · cp · tp = 8"),
     (["memory", "--model", "llama-3-8b", "--ranks", "8", "--seq-len", "256", "--cp", "2", "--checkpoint", "block"],
      "attention='flash', not 'standard'"),
     (["memory", "--model", "llama-3-8b", "--ranks", "8", "--seq-len", "254", "--cp", "2", "--checkpoint", "flash"],
@@ -165,7 +186,7 @@ def test_train_with_cp_cuts_each_data_parallel_ranks_sequences_over_its_cp_group
     (["train", "--model", "gpt", "--ranks", "4", "--cp", "2", "--length", "4"], "add --attention flash"),
     (["train", "--model", "gpt", "--ranks", "4", "--cp", "2", "--length", "3", "--attention", "flash"],
      "--length 3 makes sequences of 6 tokens, and a sequence of 6 tokens does not split zigzag"),
-], ids=["style without cp", "cp does not divide", "sp beside cp", "not flash", "length",
+], ids=["style without cp", "cp does not divide", "sp beside cp: L / C over tp", "not flash", "length",
         "eager kernels", "hsdp beside cp", "timeline without shape", "plan split without cp", "train not flash",
         "train length"])
 def test_what_zerosim_or_the_frameworks_refuse_is_refused_by_its_flags(argv, said):

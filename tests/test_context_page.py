@@ -38,7 +38,7 @@ def test_the_merge_and_the_split_are_the_runs():
     assert pairs[1] / pairs[0] == int(times)
 
 
-@pytest.mark.slow  # the memory, timeline and plan commands of "Try it": ~10 s
+@pytest.mark.slow  # the memory, timeline and plan commands of "Try it": ~13 s
 def test_try_it_quotes_what_the_commands_print():
     memory = json.loads(zerosim("memory", "--model", "llama-3-8b", "--ranks", "8", "--cp", "4", "--seq-len", "8192",
                                 "--batch", "1", "--checkpoint", "block-flash", "--precision", "bf16-mixed", "--gpu",
@@ -49,6 +49,17 @@ def test_try_it_quotes_what_the_commands_print():
     assert f"{a['per_block_total'] / 1e6:.3f}" == layer and f"{a['unsplit_per_block_total'] / 1e6:,.3f}" == unsplit
     stage0 = next(x for x in memory["stages"] if x["stage"] == 0)
     assert stage0["sent"] == stage0["sent_formula"] and f"{stage0['sent'] / 1e9:.3f}" == sent
+    beside = json.loads(zerosim("memory", "--model", "llama-3-8b", "--ranks", "8", "--cp", "2", "--tp", "2", "--sp",
+                                "--seq-len", "8192", "--batch", "1", "--checkpoint", "block-flash", "--precision",
+                                "bf16-mixed", "--gpu", "h100-80gb", "--json"))
+    layer, shard = quoted(r"the layer keeps \*\*([\d.]+) MB\*\*, the norms' inputs and the two column GEMMs' kept inputs "
+                          r"at \*\*([\d,]+)\*\* tokens")
+    b = beside["activations"]
+    assert f"{b['per_block_total'] / 1e6:.3f}" == layer
+    tokens = int(shard.replace(",", ""))  # 8,192 / (C·T): every tensor the SP shard keeps, d = 4,096 wide in bf16
+    for name in ("ln1.block input", "attn.qkv.attention input (sequence shard)", "ln2.pre-FFN input",
+                 "mlp.FFN input (sequence shard)"):
+        assert b["per_block"][name] == tokens * 4096 * 2 == 8192 // 4 * 4096 * 2
     argv = ["timeline", "--model", "llama-3-8b", "--ranks", "8", "--gpus-per-node", "8", "--seq-len", "8192",
             "--batch", "1", "--cp", "4", "--checkpoint", "block-flash", "--precision", "bf16-mixed", "--comm", "fsdp",
             "--json"]

@@ -114,6 +114,22 @@ def test_a_length_that_does_not_split_is_refused_before_anything_runs(split, C, 
     assert len(engine.cluster.trace.log) == logged  # nothing ran: not a step boundary
 
 
+@pytest.mark.bad_input("engine steps", unchanged=True)
+@pytest.mark.parametrize("split, L, rule", [("zigzag", 12, "2 · cp · tp = 8"), ("contiguous", 6, "1 · cp · tp = 4")])
+def test_beside_sequence_parallelism_each_ranks_tokens_must_split_over_tp_too(split, L, rule):
+    """With TP's sequence parallelism each CP rank's L / C tokens are cut again over its TP group: torchtitan's
+    seq_len_divisor = tp · cp · 2 (zigzag). Refused before anything runs, as a length CP alone cannot split."""
+    full = Llama(vocab=16, d_model=8, n_heads=2, n_layers=1, seq_len=16, attention="flash")
+    cp = ContextParallel(full, cp=2, split=split, tensor=TensorParallel(full, tp=2, sequence_parallel=True))
+    engine = ZeroEngine(cp.model, Cluster(4), 1, get_optimizer("adam"), "bf16-mixed", parallelisms=cp.parallelisms)
+    before, logged = cp.tensor.whole_params(engine.ctx).copy(), len(engine.cluster.trace.log)
+    with pytest.raises(ValueError, match=rf"{L} tokens does not split {split} over cp = 2 ranks: its length must be "
+                                         rf"a multiple of {rule}"):
+        engine.step(cp.batches(engine.dims, [(np.zeros((1, L), int),) * 2]))
+    assert np.array_equal(cp.tensor.whole_params(engine.ctx), before) and engine.iteration == 0
+    assert len(engine.cluster.trace.log) == logged
+
+
 @pytest.mark.bad_input("engine arguments")
 @pytest.mark.parametrize("make, error, match", [
     (lambda: ContextParallel(flash_gpt(attention="standard"), cp=2), ValueError, "attention='flash'"),
@@ -121,11 +137,7 @@ def test_a_length_that_does_not_split_is_refused_before_anything_runs(split, C, 
     (lambda: ContextParallel(flash_gpt(), cp=2, style="p2p"), ValueError, r"style must be one of \('ring', "),
     (lambda: ContextParallel(flash_gpt(), cp=2, split="round-robin"), ValueError, r"split must be one of"),
     (lambda: ContextParallel(flash_gpt(checkpoint="op-sac"), cp=2), ValueError, "op-sac"),
-    (lambda: ContextParallel(Llama(vocab=16, d_model=8, n_heads=2, n_layers=1, seq_len=8, attention="flash"), cp=2,
-                             tensor=TensorParallel(Llama(vocab=16, d_model=8, n_heads=2, n_layers=1, seq_len=8,
-                                                         attention="flash"), tp=2, sequence_parallel=True)),
-     NotImplementedError, "sequence parallelism"),
-], ids=["standard attention", "cp 0", "style", "split", "op-sac", "TP with SP"])
+], ids=["standard attention", "cp 0", "style", "split", "op-sac"])
 def test_what_the_frameworks_refuse_is_refused(make, error, match):
     with pytest.raises(error, match=match):
         make()

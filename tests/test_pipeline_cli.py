@@ -310,8 +310,6 @@ MEM = ["memory", *GPT2]
      "--pp-split says where the layers are cut into stages: give --pp P > 1 with it"),
     ([*MEM, "--ranks", "8", "--pp", "8", "--pp-split", "megatron"],
      "num_layers=12 should be divisible by config.pipeline_model_parallel_size=8 (Megatron-Core core_v0.19.0"),
-    ([*MEM, "--ranks", "8", "--pp", "2", "--cp", "2", "--tp", "2", "--sp"], "--cp beside sequence parallelism "
-                                                                           "(--sp) is not modelled"),
     ([*MEM, "--ranks", "8", "--pp", "4", "--accumulation-steps", "2"],
      "--accumulation-steps 2 beside --pp 4 --pp-schedule 1f1b: Number of microbatches (2) must be greater than or "
      "equal to the number of stages (4) (torch 2.13 Schedule1F1B)"),
@@ -333,7 +331,7 @@ MEM = ["memory", *GPT2]
                                                           "1f1b, interleaved-1f1b, zero-bubble; got 'chimera'"),
 ], ids=["pp does not divide", "tp x pp does not divide", "schedule without pp", "virtual without pp",
         "virtual stages of a single-stage schedule", "split without pp", "megatron split does not divide",
-        "cp beside pp", "1f1b with fewer micro-batches", "accumulation without pp", "hsdp beside pp",
+        "1f1b with fewer micro-batches", "accumulation without pp", "hsdp beside pp",
         "timeline sweep", "train", "plan schedule without pp",
         "plan virtual of single-stage schedules", "plan unknown schedule"])
 def test_what_zerosim_or_the_frameworks_refuse_is_refused_by_its_flags(argv, said):

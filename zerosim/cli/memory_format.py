@@ -21,7 +21,7 @@ def format_report(r: dict) -> str:
     kind, what the table's columns mean, ZeRO++'s wire, the activations, the configs' keys, the verdict against a GPU
     and the seeds' conventions."""
     act, tp, cp, pp = r["activations"], r.get("tensor_parallel"), r.get("context_parallel"), r.get("pipeline_parallel")
-    lines = (pp_header(r, pp, tp, cp) if pp is not None else cp_header(r, cp) if cp is not None
+    lines = (pp_header(r, pp, tp, cp) if pp is not None else cp_header(r, cp, tp) if cp is not None
              else _header(r) if tp is None else _tp_header(r, tp))
     lines += _table(r) + pp_rank_lines(r)
     lines += [
@@ -55,7 +55,7 @@ def format_report(r: dict) -> str:
     lines += _stage3_lines(r, plain=tp is None and cp is None) if pp is None and not r.get("wire") else []
     lines += offload_lines(r)  # the host and NVMe tiers, with offload (cli/offload_args.py)
     lines += _wire_lines(r) if r.get("wire") else []
-    lines += (cp_activation_lines(act) if cp is not None else _activation_lines(act) if tp is None else
+    lines += (cp_activation_lines(act, tp) if cp is not None else _activation_lines(act) if tp is None else
               tp_activation_lines(act)) if act else [
         "Activations are not counted: add --seq-len (and --batch, --checkpoint) with a --model or --config, or",
         "--d-model/--heads/--layers, to measure them on the ledgers too.",

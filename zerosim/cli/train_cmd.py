@@ -255,7 +255,7 @@ def _check_run(args) -> int | None:
 
         n = args.length if args.length is not None else TrainConfig.__dataclass_fields__["length"].default
         try:
-            check_length(2 * n, spec.cp_split, spec.cp)
+            check_length(2 * n, spec.cp_split, spec.cp, spec.tp if spec.sp else 1)
         except ValueError as e:
             raise ValueError(f"--length {n} makes sequences of {2 * n} tokens, and {e}") from None
     return ranks

@@ -58,6 +58,16 @@ def _kept(a):
     return a.snapshot() if hasattr(a, "snapshot") else np.array(a)
 
 
+def backward_shape(cache: dict, dy) -> tuple:
+    """The shape a unit's backward computes on, which its `flops` reads: the input a parallelism gathered again for it
+    (sequence parallelism's column GEMMs, which save no input of their own: `dy.input`, parallel/tensor's Bundle),
+    else the first tensor its forward saved, else its gradient's."""
+    again = getattr(dy, "input", None)
+    if again is not None:
+        return again.shape
+    return next(iter(cache.values())).shape if cache else dy.shape
+
+
 def _nbytes(*arrays) -> int:
     total = 0
     for a in arrays:
@@ -218,7 +228,7 @@ class Pass:
         if op.kind == "backward":
             cache = self.saved.pop(op.layer)
             read += _nbytes(self.dy, *cache.values())
-            x_shape = next(iter(cache.values())).shape if cache else self.dy.shape
+            x_shape = backward_shape(cache, self.dy)
             self.dy, grads = layer.backward(params, self.dy, cache, f)
             values = (
                 {"grads": {k: np.array(v) for k, v in grads.items()}, "dx": _kept(self.dy)}
@@ -253,7 +263,7 @@ class Pass:
             return done(held, weight, _nbytes(*held.values()), _nbytes(*held.values()))
         cache = self.saved.pop(op.layer)
         read += _nbytes(self.dy, *cache.values())
-        x_shape = next(iter(cache.values())).shape if cache else self.dy.shape
+        x_shape = backward_shape(cache, self.dy)
         self.dy, grads = layer.backward(params, self.dy, cache, self.fmt)
         flops = layer.flops(x_shape, "backward")
         weight = flops // 2 if grads else 0

@@ -37,7 +37,7 @@ import operator
 
 import numpy as np
 
-from zerosim.models._run import done, drop_ranks, put_ranks
+from zerosim.models._run import backward_shape, done, drop_ranks, put_ranks
 from zerosim.precision.arithmetic import arithmetic_of, used_once
 
 KINDS = ("forward", "recompute", "loss", "backward")  # not "keep input": it computes nothing
@@ -139,7 +139,7 @@ def run_stacked(passes: list, op, model, params: dict, grads_out: dict | None = 
         dx, grads = layer.backward_ranks(params, dy, cache, f, n, grads_out)  # (n·B, D_in), {name: n ranks' (...)}
     if not (dx is None or _rows_of(n * rows, dx)) or any(len(g) != n for g in grads.values()):
         return None  # (dx None: the embedding's, no gradient for integer ids)
-    x_shape = next(iter(first.values())).shape if first else dy0.shape
+    x_shape = backward_shape(first, dy0)
     read = weights + int(dy0.nbytes) + sum(int(a.nbytes) for a in first.values())
     written = (0 if dx is None else int(dx[:rows].nbytes)) + sum(int(g[0].nbytes) for g in grads.values())
     made = done(None, layer.flops(x_shape, "backward"), read, written)

@@ -91,9 +91,6 @@ class ParallelSpec:
             for field, allowed in (("cp_style", STYLES), ("cp_split", tuple(SPLITS))):
                 if getattr(self, field) not in allowed:
                     raise ValueError(f"{name(field)} must be one of {', '.join(allowed)}, got {getattr(self, field)!r}")
-            if self.sp:
-                raise ValueError(f"{name('cp')} beside sequence parallelism ({name('sp')}) is not modelled: context "
-                                 "parallelism runs beside TP's attention without it (drop one)")
         if self.pp > 1:
             self._check_pipeline(name)
         beside = self.tp * self.cp * self.pp
@@ -194,7 +191,7 @@ class ParallelSpec:
                              f"{names.get('cp', 'cp')} are not modelled: a CP rank's twin keeps what zerosim's units "
                              "keep, as fused kernels do (Transformer Engine's attention, torch.compile): use fused")
         if seq_len is not None:
-            check_length(seq_len, self.cp_split, self.cp)
+            check_length(seq_len, self.cp_split, self.cp, self.tp if self.sp else 1)
 
     def micro(self, batch: int, seq_len: int) -> tuple:
         """(B, L / C): each rank's share of a micro-batch of B sequences of L tokens."""

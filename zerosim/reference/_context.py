@@ -39,7 +39,7 @@ from zerosim.models.llama import repeat_kv, repeat_kv_backward
 from zerosim.parallel.context import Located
 from zerosim.parallel.tensor import local_flat, placement, whole_flat
 from zerosim.reference._oracle import Reference
-from zerosim.reference._tensor import TensorReference
+from zerosim.reference._tensor import TensorReference, sum_sequence_parallel
 
 CHUNKS = {"contiguous": 1, "zigzag": 2}  # chunks a position holds
 
@@ -131,6 +131,8 @@ class ContextReference:
             keys = [[(_Key(r, k), None) for k in range(K)] for r in range(self.dp * self.C)]
             losses = [[[] for _ in keys] for _ in self.slices]
             reduced = [s.reduce_step(keys, lost) for s, lost in zip(self.slices, losses)]
+            if self.T > 1 and self.cp.tensor.sequence_parallel:  # the norms' and biases' sums over the TP slices
+                sum_sequence_parallel(self.inner.layout, self.cp.tensor.local, reduced, self.inner.plan.stage == 0)
         found = any(not np.all(np.isfinite(r.astype(np.float64))) for r in reduced)  # the engine's flag: every rank
         out = [s.apply_step(r, lost, found) for s, r, lost in zip(self.slices, reduced, losses)]
         for s in self.slices:
@@ -160,7 +162,7 @@ class ContextReference:
         where = [_positions(x.shape[1], split, C, c) for c in range(C)]
         passes = [[Pass(model, x[:, w], target[:, w], f, loss_scale=scale) for _ in range(T)] for w in where]
         grads = [[np.zeros(self.inner.padded, f.dtype) for _ in range(T)] for _ in range(C)]
-        kept = {}
+        kept = [{} for _ in range(C)]  # each position's sequence shards (SP), by unit
         for op in schedule(model):
             unit = model.layers[op.layer] if op.layer >= 0 else None
             if getattr(unit, "core", False):  # the attention core: the oracle's own, at its first unit
@@ -169,12 +171,12 @@ class ContextReference:
                         (self._forward if op.kind == "forward" else self._backward)([ps[t] for ps in passes],
                                                                                      where, unit)
                 continue
-            place = None if self.tensor is None or unit is None else placement(unit, False)
-            for ps in passes if self.tensor is not None else ():
+            place = None if self.tensor is None or unit is None else placement(unit, self.cp.tensor.sequence_parallel)
+            for ps, shards in zip(passes, kept) if self.tensor is not None else ():
                 if op.kind == "loss":
                     self.tensor._loss_statistics(ps)
                 else:
-                    self.tensor._before(ps, op, unit, place, kept)
+                    self.tensor._before(ps, op, unit, place, shards)
             if op.kind == "forward" and op.layer in model.positioned:
                 for ps, w in zip(passes, where):
                     for p in ps:

@@ -25,11 +25,15 @@ Its files, the algorithm apart from its communication:
 The oracle is zerosim.reference's ContextReference (its own plain ring attention); the merge's arithmetic is
 models/layers/_attention_merge.py.
 
-Beside tensor parallelism (without sequence parallelism, for now) `ContextParallel(gpt, cp=C, tensor=tp)` cuts TP's
-attention region into its column and row halves; `cp.parallelisms` is (tp, cp), TP's operators first. Pipeline
-parallelism will compose at the same points (parallel/_contract.py): a stage must hold a block's CP units whole (its
-QKV end, its hops, its output end: a cut between them would cross the ring's state), its CP groups are
-`ParallelDims(..., pp=P, cp=C).groups("cp")` within the stage, and the flat stages' "fsdp" groups are cut per stage.
+Beside tensor parallelism `ContextParallel(gpt, cp=C, tensor=tp)` cuts TP's attention region into its column and row
+halves; `cp.parallelisms` is (tp, cp), TP's operators first. With TP's sequence parallelism each rank's L / C tokens are
+cut again over its TP group (L / (C·T) for the norms and the residual stream), the halves' operators SP's all-gather and
+reduce-scatter, as Megatron-Core cuts the sequence over CP first (core_v0.19.0 pretrain_gpt.py `get_batch`:
+megatron/core/utils.py `get_batch_on_this_cp_rank`) and scatters each CP rank's part over TP after the embedding
+(language_model_embedding.py `LanguageModelEmbedding.forward`: `scatter_to_sequence_parallel_region`). Pipeline
+parallelism composes at the same points (parallel/_contract.py): a stage must hold a block's CP units whole (its QKV
+end, its hops, its output end: a cut between them would cross the ring's state), its CP groups are `ParallelDims(...,
+pp=P, cp=C).groups("cp")` within the stage, and the flat stages' "fsdp" groups are cut per stage.
 """
 
 from zerosim.parallel.context._attend import ring_attention

@@ -191,6 +191,7 @@ class TensorQKV(Layer):
         self.kv_heads = unit.kv_heads if self.gqa else unit.heads
         self.head_dim = unit.head_dim if self.gqa else unit.d // unit.tp // unit.heads
         self.rope_theta, self.qkv_bias = getattr(unit, "rope_theta", None), getattr(unit, "qkv_bias", True)
+        self.saves_input = unit.saves_input  # False with sequence parallelism: TP keeps the shard, gathers it again
         self.param_shapes = {k: v for k, v in unit.param_shapes.items() if k not in ("w_o", "o_proj")}
         self._names = ("q_proj", "k_proj", "v_proj") if self.gqa else ("w_qkv",)
 
@@ -209,7 +210,7 @@ class TensorQKV(Layer):
         wq, wkv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         q, k, v = (split_heads(qkv[..., a:a + n], heads) for a, n, heads in
                    ((0, wq, self.heads), (wq, wkv, self.kv_heads), (wq + wkv, wkv, self.kv_heads)))
-        cache = {self.input_name: h}
+        cache = {self.input_name: h} if self.saves_input else {}
         if self.gqa:
             cos, sin = _tables(at, self.head_dim, self.rope_theta, f)
             q, k = rope_forward(q, cos, sin, f), rope_forward(k, cos, sin, f)
@@ -218,13 +219,14 @@ class TensorQKV(Layer):
 
     def backward(self, p, dy, cache, fmt):
         f = get_format(fmt)
+        h, dy = (cache[self.input_name], dy) if self.saves_input else (dy.input, dy.value)  # SP: Bundle(None, dy, h)
         dq, dk = dy.dq, dy.dk
         if self.gqa:
             cos, sin = _tables(cache["positions"], self.head_dim, self.rope_theta, f)
             dq, dk = rope_backward(dq, cos, sin, f), rope_backward(dk, cos, sin, f)
         dqkv = np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dy.dv)], axis=-1)
         w, _ = self._weights(p)
-        dh, dw, db = tokens_linear_backward(dqkv, cache[self.input_name], w, f)
+        dh, dw, db = tokens_linear_backward(dqkv, h, w, f)
         if not self.gqa:
             grads = {"w_qkv": dw, "b_qkv": db}
         else:
@@ -236,7 +238,7 @@ class TensorQKV(Layer):
 
     def saved_spec(self, x_shape, fmt) -> dict:
         f = get_format(fmt)
-        spec = {self.input_name: (tuple(x_shape), f.dtype)}
+        spec = {self.input_name: (tuple(x_shape), f.dtype)} if self.saves_input else {}
         return spec | ({"positions": ((x_shape[1],), np.dtype(np.int64))} if self.gqa else {})
 
     def flops(self, x_shape, kind):

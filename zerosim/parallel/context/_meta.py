@@ -89,14 +89,19 @@ class MetaContextUnit(Layer):
         if isinstance(u, (AttentionOut, TensorOut)):
             o_shape = x.work
             cache = {n: like(x.q, s, d) for n, (s, d) in u.saved_spec(o_shape, f).items()}
-            out = like(x.residual, x.residual.shape, f.dtype)
+            B, L, _ = o_shape  # the output at the rank's L / C tokens (beside SP the residual is its shard of them)
+            out = like(x.residual, (B, L, x.residual.shape[-1]), f.dtype)
             return (Bundle(x.residual, out) if isinstance(u, TensorOut) else out), cache  # TP: a partial sum
         raise TypeError(f"no twin for {type(u).__name__}")
 
     def backward(self, p, dy, cache, fmt):
         f, u = get_format(fmt), self.unit
-        grads = {n: like(cache[next(iter(cache))] if cache else dy.q, s, f.dtype) for n, s in
-                 self.param_shapes.items()}
+        if isinstance(u, TensorQKV) and not u.saves_input:  # SP: Bundle(None, dy, h), h gathered again
+            h, dy = dy.input, dy.value
+        else:
+            h = cache.get(getattr(u, "input_name", None))
+        anchor = next(iter(cache.values())) if cache else h if h is not None else dy.q  # a MetaArray to make them like
+        grads = {n: like(anchor, s, f.dtype) for n, s in self.param_shapes.items()}
         if isinstance(u, (Hop, Gathered)):
             return _core_back(u, dy, f), grads
         if isinstance(u, (AttentionOut, TensorOut)):
@@ -107,7 +112,6 @@ class MetaContextUnit(Layer):
             return RingGrad(residual, heads, like(o, heads.shape, f.dtype), cache["LSE"], cache["Q"],
                             held=(cache["K"], cache["V"])), grads
         if isinstance(u, TensorQKV):  # this rank's partial dh beside the residual's gradient (f's backward sums it)
-            h = cache[u.input_name]
             return Bundle(dy.residual, like(h, h.shape, f.dtype)), grads
         x = cache["block input"]
         return like(x, x.shape, f.dtype), grads

@@ -14,7 +14,8 @@ model's, in the same order: ZeRO shards it over dp × cp (parallel/data/multinod
 
 Beside tensor parallelism the units cut are a TP rank's (parallel/tensor/_model.py): its attention region (the
 column-parallel QKV GEMM, attention, the row-parallel W_o) becomes the QKV end, the core and the output end, with f
-before the first and g after the last (parallel/tensor/_plan.py's "column" and "row").
+before the first and g after the last (parallel/tensor/_plan.py's "column" and "row"; with sequence parallelism SP's
+all-gather and reduce-scatter, the QKV end's input kept as its sequence shard).
 
 A GPT or Llama of unit="block" has its block cut in two here (attention, FFN), as unit="sublayer" has it: a
 collective may only sit between units (parallel/_contract.py). ZeRO-3 therefore gathers a block's parameters in three

@@ -75,9 +75,6 @@ class ContextParallel(Parallelism):
         self.cp, self.style, self.split = check_cp(cp), check_style(style), check_split(split)
         self.causal = bool(causal)
         self.tensor = tensor if tensor is not None and tensor.local is not None else None
-        if self.tensor is not None and self.tensor.sequence_parallel:
-            raise NotImplementedError("context parallelism beside tensor parallelism's sequence parallelism is not "
-                                      "modelled yet: build TensorParallel(..., sequence_parallel=False)")
         whole = getattr(model, "gpt", None)  # a meta twin's real model (MetaGPT.gpt, MetaLlama.gpt)
         self.meta = whole is not None
         if self.tensor is not None and (tensor.full is not (whole if self.meta else model)):
@@ -93,6 +90,8 @@ class ContextParallel(Parallelism):
                                                    self.tensor.model.loss, self.tensor is not None and
                                                    getattr(model, "tied_head", False)) if self.meta else self.local)
         self.degrees = {"cp": self.cp}
+        # beside sequence parallelism each rank's L / C tokens are cut again over its TP group (the length checks)
+        self._sequence_tp = self.tensor.tp if self.tensor is not None and self.tensor.sequence_parallel else 1
         self.layout = comm.Layout(self.cp, self.split, self.causal)
         self._ahead = Handle()  # the K/V send of the next hop, posted before this hop's compute
         self._behind = Handle()  # backward: the hop's message, sent before its compute, waited for after it
@@ -118,7 +117,7 @@ class ContextParallel(Parallelism):
                 x, t = np.asarray(batch[0]), np.asarray(batch[1])
                 if x.ndim != 2:
                     raise ValueError(f"token ids must be (batch, length), got shape {x.shape}")
-                check_length(x.shape[1], self.split, self.cp)
+                check_length(x.shape[1], self.split, self.cp, self._sequence_tp)
                 return shard(x, self.split, self.cp, p), shard(t, self.split, self.cp, p)
             return [cut(b, p) for b in batch]
 

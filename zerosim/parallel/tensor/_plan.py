@@ -14,7 +14,7 @@ before the backward, in reverse). Operators are _communication.CONJUGATES' (Mega
                                             exit: g = reduce_from             exit: reduce_scatter_to_sequence
     column        the LM head; context      entry: f = copy_to                entry: gather_from_sequence
                   parallelism's QKV end
-    row           context parallelism's     exit: g = reduce_from             (not modelled beside CP)
+    row           context parallelism's     exit: g = reduce_from             exit: reduce_scatter_to_sequence
                   output end
     replicated    norms, bias + residual    -                                 - (on sequence shards)
 
@@ -55,6 +55,7 @@ PLACEMENTS = {  # (role, sequence parallel, the embedding has positions) -> Plac
     ("column", False, False): Placement(entry=COPY),
     ("row", False, False): Placement(exit=(REDUCE,)),  # context parallelism's cut of the attention region
     ("column", True, False): Placement(entry=GATHER, keeps_shard=True),
+    ("row", True, False): Placement(exit=(SCATTER_REDUCE,)),
     ("replicated", False, False): Placement(),
     ("replicated", True, False): Placement(),
 }
