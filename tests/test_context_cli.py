@@ -84,6 +84,12 @@ def test_memory_beside_tp_names_every_degree_and_who_keeps_each_tensor(sp):
     rows = {line.split()[0]: line.split()[-1] for line in text.splitlines() if line.startswith("    attn.qkv.")}
     assert rows == {"attn.qkv.attention": "(SP)" if sp else "(TP)", "attn.qkv.positions": "(CP)"}
     assert all(len(line) <= 120 for line in text.splitlines() if "|" not in line)  # the prose (the table is wide)
+    if sp:  # the timeline's header names every degree once, dp what they leave (it printed "tp 2 x dp 4 ... = cp 2 x
+        # dp 2" for the same 8 GPUs)
+        head = " ".join(zerosim("timeline", "--model", "llama-3-8b", "--ranks", "8", "--gpus-per-node", "8",
+                                "--seq-len", "256", "--cp", "2", "--tp", "2", "--sp", "--checkpoint", "flash").stdout
+                        .split("\n\n")[0].split())
+        assert "N = 8 ranks on nodes of 8 = tp 2 x cp 2 x dp 2 (ring, zigzag split), sequence parallel," in head, head
 
 
 @pytest.mark.slow  # a million tokens on 16 ranks, one stage: ~4 s

@@ -27,17 +27,17 @@ def format_one(r: dict) -> str:
     what = f"ZeRO-{r['stage']}" if r["strategy"] is None else f"{r['strategy']}" + (
         f" (group of {r['shard_group']})" if r["shard_group"] else "")
     nodes = "" if r["gpus_per_node"] is None else f" on nodes of {r['gpus_per_node']}"
+    cp = r.get("context_parallel")
+    degrees = [f"{name} {d[name]}" for name, d in (("pp", pp), ("tp", tp), ("cp", cp)) if d is not None]
+    if degrees:  # every degree once, the data-parallel one what they leave (the outermost's report counts it)
+        nodes += " = " + " x ".join(degrees) + f" x dp {next(d for d in (pp, cp, tp) if d is not None)['dp']}"
+    if cp is not None:
+        nodes += f" ({cp['style']}, {cp['split']} split)"
     if tp is not None:
-        nodes += (f" = tp {tp['tp']} x dp {tp['dp']}" if pp is None else "") + (
-            " (sequence parallel)" if tp["sp"] else "") + (
+        nodes += (", sequence parallel" if tp["sp"] else "") + (
             f", {tp['layout']}'s activation layout" if "layout" in tp else "") + (
             ", async TP (no compute waits for TP's collectives: a bound)" if tp["async"] else "")
-    cp = r.get("context_parallel")
-    if pp is not None:
-        nodes += f" = pp {pp['pp']} x " + (f"tp {tp['tp']} x " if tp is not None else "") + (
-            "" if cp is None else f"cp {cp['cp']} x ") + f"dp {pp['dp']}"
     if cp is not None:
-        nodes += (f" = cp {cp['cp']} x dp {cp['dp']}" if pp is None else "") + f" ({cp['style']}, {cp['split']} split)"
         work += (f"; each rank {cp['tokens_per_rank']:,} tokens of a sequence, " + (
             "every CP position the same attention pairs" if cp["balanced"] else
             f"rank 0 computing CP position {cp['rank0_position']}'s blocks (the busiest: every send waits for it)"))

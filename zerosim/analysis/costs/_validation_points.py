@@ -256,7 +256,7 @@ _4D_NOTE = ("as Table 5's rows (async TP as zerosim's bound; SequenceParallel, F
 LONG_CONTEXT = tuple(
     Point(f"tt-h100-512-405b-4d-cp{cp}", "held-out", f"{TT_4D}, row 'FSDP {8 // cp}, CP {cp} | {32768 * cp}'",
           "llama-3.1-405b", "h100-hbm2e", 512, 8, ("nvlink4", "ib_ndr"), 1, 32768 * cp, 8, "block-flash", "compiled",
-          tps, mem, fp8=True, tp=8, async_tp=True, pp=8, pp_schedule="1f1b", cp=cp, note=_4D_NOTE)
+          tps, mem, fp8=True, tp=8, sp=True, async_tp=True, pp=8, pp_schedule="1f1b", cp=cp, note=_4D_NOTE)
     for cp, tps, mem in ((1, 76, 75.3), (2, 47, 75.9), (4, 31, 77.1), (8, 16, 84.9))
 ) + (
     # the Llama 3 paper's 128k stage. Its row says DP 4, but its 16,384 GPUs and 16M tokens a batch both need DP 8
