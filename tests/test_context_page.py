@@ -52,8 +52,8 @@ def test_try_it_quotes_what_the_commands_print():
     beside = json.loads(zerosim("memory", "--model", "llama-3-8b", "--ranks", "8", "--cp", "2", "--tp", "2", "--sp",
                                 "--seq-len", "8192", "--batch", "1", "--checkpoint", "block-flash", "--precision",
                                 "bf16-mixed", "--gpu", "h100-80gb", "--json"))
-    layer, shard = quoted(r"the layer keeps \*\*([\d.]+) MB\*\*, the norms' inputs and the two column GEMMs' kept inputs "
-                          r"at \*\*([\d,]+)\*\* tokens")
+    layer, shard = quoted(r"the layer keeps \*\*([\d.]+) MB\*\*, the norms' inputs and the two column GEMMs' kept "
+                          r"inputs at \*\*([\d,]+)\*\* tokens")
     b = beside["activations"]
     assert f"{b['per_block_total'] / 1e6:.3f}" == layer
     tokens = int(shard.replace(",", ""))  # 8,192 / (C·T): every tensor the SP shard keeps, d = 4,096 wide in bf16

@@ -456,6 +456,16 @@ def check_cp_memory(out: str, page: str, project: Path) -> None:
     assert re.search(row, out, re.M), out
 
 
+def check_cp_sp_memory(out: str, page: str, project: Path) -> None:
+    text = " ".join(page.split())
+    layer, shard = re.search(r"the layer keeps \*\*([\d.]+) MB\*\*, the norms' inputs and the two column GEMMs' kept "
+                             r"inputs at \*\*([\d,]+)\*\* tokens", text).groups()
+    assert re.search(rf"^ +one layer +{re.escape(layer)} +1007\.747 +3\.53$", out, re.M), out
+    assert "N = 8 GPUs = tp 2 x cp 2 x dp 2 with sequence" in out and shard == "2,048", out
+    shard_row = r"^ +mlp\.FFN input \(sequence shard\) +16\.777 +0\.000 +\(SP\)$"  # 2,048 × 4,096 × 2 bytes
+    assert re.search(shard_row, out, re.M), out
+
+
 def check_cp_timeline(out: str, page: str, project: Path) -> None:
     step = re.search(r"Cut contiguously, the step takes \*\*([\d.]+) ms\*\*", " ".join(page.split())).group(1)
     assert re.search(rf"^step time +{re.escape(step)} ms", out, re.M), out
@@ -546,6 +556,7 @@ CHECKS = [  # (a regular expression the command matches, its check; a check taki
     (r"zerosim replay --cp 2", check_cp_replay),
     (r"zerosim train --model gpt --attention flash --length 4 --cp 2", check_cp_train),
     (r"zerosim memory --model llama-3-8b --ranks 8 --cp 4", check_cp_memory),
+    (r"zerosim memory --model llama-3-8b --ranks 8 --cp 2 --tp 2 --sp", check_cp_sp_memory),
     (r"zerosim timeline --model llama-3-8b --ranks 8 .*--cp 4 --cp-split contiguous", check_cp_timeline),
     (r"zerosim plan --model llama-3-8b .*--cp 1,2,4", check_cp_plan),
     (r"sed 's/\"max_position_embeddings\": 8192/", check_cp_config),

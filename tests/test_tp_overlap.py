@@ -53,8 +53,9 @@ def test_fsdp_hides_as_much_beside_tp_8_as_at_tp_1(tmp_path):
     one, eight = step(tmp_path, 1), step(tmp_path, 8)
     a, b = hidden_share(one), hidden_share(eight)
     assert abs(a - b) <= 0.10, (a, b)
-    # measured here (docs/tensor-parallelism.md quotes them): TP 1 and TP 8 each hide 66 % of FSDP's communication
-    assert (round(a, 2), round(b, 2)) == (0.66, 0.66)
+    # measured here (docs/tensor-parallelism.md quotes them): TP 1 hides 66 % of FSDP's communication, TP 8 70 % (66 %
+    # until a TP rank's attention was charged: its compute, longer by it, hides more)
+    assert (round(a, 2), round(b, 2)) == (0.66, 0.70)
     # TP's collectives wait on nothing and the next GEMM waits on them: all of their time is exposed
     tp = eight.by_purpose["tensor parallel"]
     assert tp["exposed"] == pytest.approx(tp["seconds"], rel=1e-12)

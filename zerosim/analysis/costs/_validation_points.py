@@ -247,12 +247,14 @@ POINTS = (
 # -- held out: context parallelism beside pipeline parallelism (issue 60), added after the factors were frozen, each
 # typed in before its prediction was first computed; not in POINTS (issue 36's table and its targets), run by name
 # (`zerosim validate --only KEY`). torchtitan's Table 6: each data-parallel rank's local batch 8 = 8 micro-batches of
-# one sequence (pipeline_parallel_microbatches unset: the pp degree, as in Table 5), CP on the FSDP mesh; zerosim runs
+# one sequence (pipeline_parallel_microbatches unset: the pp degree, as in Table 5), CP on the FSDP mesh, sequence
+# parallelism beside TP as in Table 5 (sp=True since 2026-11-29, once zerosim ran it beside CP); zerosim runs
 # Transformer Engine's ring where torch's context_parallel all-gathers K/V and merges in fp32 (docs/context-
 # parallelism.md, as for Table 2's rows)
-_4D_NOTE = ("as Table 5's rows (async TP as zerosim's bound; SequenceParallel, Float8's FSDP all-gather, FSDP2 "
-            "keeping the stage gathered not modelled beside PP); torch's context_parallel taken as Transformer "
-            "Engine's ring (zigzag split)")
+_4D_NOTE = ("as Table 5's rows (async TP as zerosim's bound; SequenceParallel beside TP, here beside CP too, added "
+            "after the rows' errors were seen: docs/validation.md item 10; Float8's FSDP all-gather not modelled "
+            "beside TP and PP, taken as off; FSDP2 beside PP keeps the stage gathered over the step); torch's "
+            "context_parallel taken as Transformer Engine's ring (zigzag split)")
 LONG_CONTEXT = tuple(
     Point(f"tt-h100-512-405b-4d-cp{cp}", "held-out", f"{TT_4D}, row 'FSDP {8 // cp}, CP {cp} | {32768 * cp}'",
           "llama-3.1-405b", "h100-hbm2e", 512, 8, ("nvlink4", "ib_ndr"), 1, 32768 * cp, 8, "block-flash", "compiled",
