@@ -145,14 +145,16 @@ def written_and_ran(model, stage, comm, spec, hw) -> tuple:
     return twice(cluster.trace, engine.parallelisms.members), ran.cluster.trace, full, engine
 
 
-@pytest.mark.parametrize("stage, style, tp", list(itertools.product((2, 3), ("ring", "allgather"), (1, 2))))
-def test_the_second_micro_step_is_written_beside_context_parallelism(stage, style, tp):
-    # Beside context parallelism (and TP with it) each micro-step makes CP's calls again alike: the ring's K, V hops,
-    # point-to-point sends recorded one by one (`Trace.events`, written again with their calls' numbers moved), or
-    # the all-gathers of K and V; none comes once a step. The written log, sends and timeline are a step of two's.
+@pytest.mark.parametrize("stage, style, tp, sp", [(stage, style, *beside) for stage, style, beside in itertools.product(
+    (2, 3), ("ring", "allgather"), ((1, False), (2, False), (2, True)))])
+def test_the_second_micro_step_is_written_beside_context_parallelism(stage, style, tp, sp):
+    # Beside context parallelism (and TP with it, with and without its SP) each micro-step makes CP's calls again
+    # alike: the ring's K, V hops, point-to-point sends recorded one by one (`Trace.events`, written again with their
+    # calls' numbers moved), or the all-gathers of K and V; none comes once a step (SP's gradient sum, TP's, comes
+    # after the micro-steps). The written log, sends and timeline are a step of two's.
     hw = Hardware("h100", "nvlink4", "bf16", inter_link="ib_ndr")
     for strategy, split, schedule in zip(("flash", "block-flash"), ("zigzag", "contiguous"), ("seed", "deepspeed")):
-        spec = ParallelSpec(tp=tp, cp=2, cp_style=style, cp_split=split)
+        spec = ParallelSpec(tp=tp, sp=sp, cp=2, cp_style=style, cp_split=split)
         written, trace, full, engine = written_and_ran(small(strategy), stage, SCHEDULES[schedule], spec, hw)
         assert written is not None and sum(type(e) is Call and e.purpose == "context parallel" and e.micro == 1
                                            for e in trace.log) > 4
