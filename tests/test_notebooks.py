@@ -235,6 +235,10 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "contiguous: the last GPU computes 7 times the first's; zigzag: 1 times",  # 2C − 1; balanced
         "out = bf16(out + out_1 · w_1) = bf16(1.0120126) = 1.015625",  # tests/test_context_merge.py's hand row
         "One pass of flash attention over both keys: 1.0078125",
+        # CP 2 x TP 2 with SP: the oracle's bits, and a GPU's 16 tokens cut to 8 by CP and its norms' inputs to 4 by SP
+        "CP 2 x TP 2 with SP, ZeRO-3, 2 steps: engine = oracle, every bit of the bf16 weights: True",
+        "ln1.block input                             256 B = 2 sequences × 4 tokens × 16 wide × 2 B",
+        "attn.out.attention output                   256 B = 2 sequences × 8 tokens × 8 wide × 2 B",
     ],
     "17_pipeline_parallel.ipynb": [
         "  rank 0: 0F0 0F1 0F2 0F3 0B0 0F4 0B1",  # 1F1B: P - r = 4 warmup forwards on rank 0, then one of each
