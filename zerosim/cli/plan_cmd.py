@@ -17,8 +17,8 @@ are ranked by step time; the top row is reproduced by the two commands printed b
 tensor-parallel degrees are tried beside every stage (--gpus stays the GPU count; the data-parallel degree is
 gpus / tp): TP's collectives on NVLink within a node, the data-parallel ones across nodes. With --cp the
 context-parallel degrees likewise (each GPU 1/C of every sequence; the data-parallel degree gpus / (tp · cp)): the
-combinations of the two lists are tried as data, those refused (CP beside SP, a sequence that does not split)
-left out with the reason, and each one's strategies CP cannot run (not flash). With
+combinations of the two lists are tried as data, those refused (a sequence that does not split over cp, or with
+--sp over cp · tp) left out with the reason, and each one's strategies CP cannot run (not flash). With
 --pp the pipeline degrees, each with every --pp-schedule (and --virtual-stages) given: the data-parallel degree
 gpus / (tp · cp · pp), K the micro-batches a step on each data-parallel rank, the pipeline's step of K micro-batches
 run and timed with its bubble (past twice its warm-up, on the line through two shorter steps its repeating schedule
