@@ -360,6 +360,28 @@ def test_notebook_runs_and_shows_its_figures(path):
     assert images == FIGURES[path.name]
 
 
+def _printed(cells) -> list:
+    """Each code cell's printed text (its stdout and stderr streams), the cells the tests insert (tagged "check")
+    left out."""
+    return ["".join(out.get("text", "") for out in cell.outputs) for cell in cells
+            if cell.cell_type == "code" and "check" not in cell.metadata.get("tags", [])]
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda p: p.name)
+def test_notebook_stores_what_it_prints_now(path):
+    """A reader who opens a notebook without running it reads its stored outputs: each code cell's printed text as
+    stored equals what the cell prints when run now, so a change of the package's numbers that leaves a notebook
+    unrun fails here (2026-11-29: notebooks 05, 14 and 16 still printed steps from before the head left
+    checkpointing). The numbers are the simulator's, the same on every machine; `python -m nbclient` or Jupyter's
+    "Run all" writes them again."""
+    _, nbformat = notebook_modules()
+    stored = _printed(nbformat.read(path, as_version=4).cells)
+    now = _printed(executed(path).cells)
+    assert len(stored) == len(now)
+    for n, (was, is_) in enumerate(zip(stored, now)):
+        assert was == is_, f"{path.name}: code cell {n} stores {was[-300:]!r} but prints {is_[-300:]!r}: run it again"
+
+
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.name)
 def test_notebook_prints_the_numbers_it_teaches(path):
     text = "".join(
