@@ -187,6 +187,26 @@ def _cp_contiguous_ratio() -> float:
     return pairs(3) / pairs(0)
 
 
+def _cp_sp_tokens() -> float:
+    """Notebook 16's small Llama (d 16, 16-token sequences) over CP 2 x TP 2 with sequence parallelism: the tokens of
+    a sequence GPU 0's first norm keeps as its input, read from its ledger (bytes / (B · d · 2 B of bf16))."""
+    import numpy as np
+
+    from zerosim import Cluster, ZeroEngine, get_optimizer
+    from zerosim.models import Llama
+    from zerosim.parallel.context import ContextParallel
+    from zerosim.parallel.tensor import TensorParallel
+
+    small = Llama(vocab=16, d_model=16, n_heads=4, n_kv_heads=2, head_dim=4, n_layers=1, seq_len=16, d_ff=24,
+                  attention="flash")
+    cp = ContextParallel(small, cp=2, tensor=TensorParallel(small, tp=2, sequence_parallel=True))
+    engine = ZeroEngine(cp.model, Cluster(4), 3, get_optimizer("adam"), "bf16-mixed", parallelisms=cp.parallelisms)
+    draw = np.random.default_rng(0)
+    engine.step(cp.batches(engine.dims, [(draw.integers(0, 16, (2, 16)), draw.integers(0, 16, (2, 16)))]))
+    kept = next(e.nbytes for e in engine.cluster.ranks[0].ledger.timeline if e.name == "block0.ln1.block input")
+    return kept / (2 * 16 * 2)
+
+
 @lru_cache(maxsize=1)
 def _cp_zigzag_step_percent() -> float:
     """Notebook 16's small Llama (8 heads, 2 K/V heads of 128, 2 layers) at 16,384 tokens over CP 4, causal, ZeRO-3
@@ -449,6 +469,15 @@ QUESTIONS = {q.name: q for q in (
              wrong=((100, "the same step: the total work is the same, but the ring waits for the busiest GPU at "
                           "every hop, and the zigzag's busiest does 2 chunks' worth, the contiguous cut's 3.5."),
                     (57.142857, "2 / 3.5 = 57 %, true of attention alone: the rest of the step does not change."))),
+    Question("cp-sp-tokens", "A Llama's 16-token sequences over CP 2 beside TP 2 with sequence parallelism (4 GPUs = "
+             "tp 2 x cp 2): how many tokens of each sequence does GPU 0's first norm keep as its input?", "tokens",
+             _cp_sp_tokens,
+             "4 = L / (C·T): CP gives each GPU 16 / 2 = 8 tokens of every sequence, and sequence parallelism cuts "
+             "those 8 again over the 2 GPUs of its TP group for the norms and the residual stream (Megatron-Core cuts "
+             "the batch over CP, then scatters the embedding's output over TP). Attention still runs on the 8, on "
+             "half the heads: TP all-gathers the shards before the QKV GEMM.",
+             wrong=((8, "L / C, CP's cut alone: sequence parallelism cuts a GPU's tokens again over its TP group."),
+                    (16, "the whole sequence: CP and SP each cut it, 2 × 2 ways."))),
     Question("cp-bf16-merge", "bf16, two GPUs, one token each: GPU 1's query scores its own key 0 (value 1) and the "
              "key that arrives from GPU 0, 1 (value 1.015625). The ring merges the two steps as Transformer Engine "
              "does: what is GPU 1's output?", "", _cp_bf16_merge,
