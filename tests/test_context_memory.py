@@ -35,7 +35,7 @@ def ledger_and_sends(model, backend, style, stage=3, tp=1, sp=False):
 
 @pytest.mark.parametrize("tp, sp", [(1, False), (2, False), (2, True)], ids=["cp", "cp+tp", "cp+tp+sp"])
 @pytest.mark.parametrize("checkpoint", ["none", "block"])
-@pytest.mark.parametrize("style", ["ring", "allgather"])
+@pytest.mark.parametrize("style", ["ring", "allgather", "torch"])
 @pytest.mark.parametrize("family", ["gpt", "llama"])
 def test_the_twin_holds_and_sends_what_the_real_model_does(family, style, checkpoint, tp, sp):
     """Every buffer rank 0's ledger allocates and frees, in order, by name and size, and every rank's bytes sent: the
@@ -73,14 +73,20 @@ SP_BESIDE_CP = {
 }
 
 
-def test_beside_sequence_parallelism_each_tensor_is_its_hand_size():
+# torch's own ring keeps SDPA's inputs: the rank's K and V repeated to its H/T = 16 query heads (torchtitan 9dec370's
+# Attention.forward calls repeat_kv before F.scaled_dot_product_attention), four times the ring's G/T = 4
+TORCH_KV = {"attn.out.K": 16 * 16384 * 128 * 2, "attn.out.V": 16 * 16384 * 128 * 2}
+
+
+@pytest.mark.parametrize("style", ["ring", "torch"])
+def test_beside_sequence_parallelism_each_tensor_is_its_hand_size(style):
     """CP 2 × TP 2 with SP on the meta backend: what block 0 keeps, by name, equals the hand table above (the norms'
     inputs and the column GEMMs' kept inputs at L / (C·T) tokens, the heads' and columns' tensors at L / C tokens on
-    H/T heads or F/T columns)."""
+    H/T heads or F/T columns; torch's ring its K and V at every query head)."""
     L, C, T = 32768, 2, 2
     twin = MetaLlama.from_config(read_hf_config(shipped_config("llama-3-8b")), seq_len=L, checkpoint="none",
                                  attention="flash")
-    cp = ContextParallel(twin, cp=C, tensor=TensorParallel(twin, T, sequence_parallel=True))
+    cp = ContextParallel(twin, cp=C, style=style, tensor=TensorParallel(twin, T, sequence_parallel=True))
     cluster = Cluster(C * T, backend="meta", trace="call", timeline=False)
     ledger = cluster.ranks[0].ledger
     ledger.keep_timeline = True
@@ -90,7 +96,7 @@ def test_beside_sequence_parallelism_each_tensor_is_its_hand_size():
     for e in ledger.timeline:
         if e.kind == "activations" and e.action == "alloc" and e.name.startswith("block0."):
             named[e.name.removeprefix("block0.")] = max(named.get(e.name.removeprefix("block0."), 0), e.nbytes)
-    assert named == SP_BESIDE_CP
+    assert named == ({**SP_BESIDE_CP, **TORCH_KV} if style == "torch" else SP_BESIDE_CP)
 
 
 def llama_3_8b_step(L: int, C: int, style: str = "ring", watch: bool = True):

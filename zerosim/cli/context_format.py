@@ -7,6 +7,13 @@ from zerosim.cli.cells import when_measured
 from zerosim.prose import wrap
 
 MB = 1e6
+KEPT_KV = {  # --cp-style -> what the K and V the output end keeps are (parallel/context/_ends.py)
+    "ring": "K and V in attn.out are the last pair the ring held (Transformer Engine saves p2p_comm_buffers[-1]), "
+            "its own size.",
+    "allgather": "K and V in attn.out are the rank's own pair, which backward all-gathers again.",
+    "torch": "K and V in attn.out are SDPA's inputs, the rank's own pair at every query head (torchtitan calls "
+             "repeat_kv before SDPA), which backward all-gathers again.",
+}
 
 
 def cp_header(r: dict, cp: dict, tp: dict | None = None) -> list:
@@ -65,7 +72,6 @@ def cp_activation_lines(a: dict, tp: dict | None = None) -> list:
               + ("" if tp is None else "; (TP) a column GEMM's input, which crossed TP's collective")
               + ("" if tp is None or not tp["sp"] else ", and (SP) its sequence shard, all-gathered again in "
                  "backward (Megatron's layout)") + "."),
-        "K and V in attn.out are the last pair the ring held (Transformer Engine saves p2p_comm_buffers[-1]), its "
-        "own size.",
+        *wrap(KEPT_KV[a["style"]]),
     ]
     return lines

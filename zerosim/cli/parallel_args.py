@@ -17,7 +17,8 @@ group; what they say is one `zerosim.parallel.ParallelSpec`, checked by it in th
                   values travelling the CP group (Megatron-Core's --context-parallel-size, torchtitan's
                   context_parallel_degree); ZeRO shards and reduces over dp × cp (torchtitan's "fsdp" mesh)
     --cp-style    with --cp: "ring" (Transformer Engine's p2p: K/V sent hop by hop, each hop's attention merged;
-                  Megatron-Core's default --cp-comm-type) or "allgather" (the Llama 3 paper's: K/V all-gathered)
+                  Megatron-Core's default --cp-comm-type), "allgather" (the Llama 3 paper's: K/V all-gathered) or
+                  "torch" (torch's context_parallel, torchtitan's: K/V all-gathered, merged step by step in fp32)
     --cp-split    with --cp: "zigzag" (each rank chunks p and 2C−1−p, balancing causal work: TE's, torch's head-tail
                   load balancer) or "contiguous"
 
@@ -45,7 +46,7 @@ from __future__ import annotations
 from zerosim.cli import choices
 
 FRAMEWORK_LAYOUT = {"fsdp": "torchtitan"}  # --comm -> the TP layout of the framework that runs that schedule
-CP_STYLES = ("ring", "allgather")  # zerosim.parallel.context STYLES (the CLI imports no engine at parse time)
+CP_STYLES = ("ring", "allgather", "torch")  # zerosim.parallel.context STYLES (the CLI imports no engine at parse time)
 CP_SPLITS = ("zigzag", "contiguous")  # zerosim.parallel.context SPLITS
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zero-bubble")  # zerosim.parallel.pipeline SCHEDULES
 PP_SPLITS = ("torchtitan", "megatron")  # zerosim.parallel.pipeline RULES
@@ -78,7 +79,9 @@ def add_parallel_arguments(p, several: bool = False, async_tp: bool = False) -> 
                         "2·C zigzag, C contiguous); ZeRO shards over dp × cp (default 1)")
     g.add_argument("--cp-style", choices=CP_STYLES, default=None,
                    help="with --cp: ring (K/V sent round the CP group hop by hop, Transformer Engine's p2p; the "
-                        "default) or allgather (K/V all-gathered, the Llama 3 paper's)")
+                        "default), allgather (K/V all-gathered, the Llama 3 paper's) or torch (torch's "
+                        "context_parallel as torchtitan runs it: K/V all-gathered, each step merged in fp32, dK/dV "
+                        "sent round in fp32)")
     g.add_argument("--cp-split", choices=CP_SPLITS, default=None,
                    help="with --cp: zigzag (rank p holds chunks p and 2C−1−p, balancing causal work; the default) or "
                         "contiguous")

@@ -50,7 +50,7 @@ class ParallelSpec:
     tp_layout: str | None = None  # with tp > 1: what a TP rank keeps (parallel/tensor LAYOUTS); None: the default
     async_tp: bool = False  # with tp > 1: TP's collectives overlapping the GEMMs they feed (a bound, timeline only)
     cp: int = 1  # C: context parallelism's degree, each rank 1/C of every sequence
-    cp_style: str = "ring"  # with cp > 1: "ring" (Transformer Engine's p2p) or "allgather" (Llama 3's)
+    cp_style: str = "ring"  # with cp > 1: "ring" (Transformer Engine's p2p), "allgather" (Llama 3's) or "torch"
     cp_split: str = "zigzag"  # with cp > 1: "zigzag" (load-balanced) or "contiguous"
     pp: int = 1  # P: pipeline parallelism's degree, outermost on the mesh (a stage a block of N / P ranks)
     pp_schedule: str = "1f1b"  # with pp > 1: the schedule's table (parallel/pipeline SCHEDULES; torchtitan's default)

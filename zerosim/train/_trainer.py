@@ -90,7 +90,7 @@ class TrainConfig:
     # with tp > 1: what a TP rank keeps for backward (parallel/tensor LAYOUTS); no bit moves
     tp_layout: str = "megatron"
     cp: int = 1  # context parallelism's degree (gpt, llama with attention="flash"): each rank 1/C of every sequence
-    cp_style: str = "ring"  # with cp > 1: "ring" (the K/V sent hop by hop) or "allgather"
+    cp_style: str = "ring"  # with cp > 1: "ring" (the K/V sent hop by hop), "allgather" or "torch" (torch's own)
     cp_split: str = "zigzag"  # with cp > 1: "zigzag" (load-balanced) or "contiguous"
 
     def __post_init__(self):

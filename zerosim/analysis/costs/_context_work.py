@@ -25,6 +25,21 @@ one, 12 bytes a row), the output correction once every hop is in (`flash_attn_fw
 element: read its 16-bit output, read and write the running one, 6 bytes) and backward's adds into dQ and into the
 travelling dK, dV (read both 16-bit operands, write one: 6 bytes an element) are memory-bound. A backward pass moves
 BACKWARD_BYTES times its forward's elementwise bytes, as the unsplit units' do.
+
+torch's own ring (--cp-style torch, parallel/context/_torch_core.py) runs the same blocks, its backward in forward
+order (unit hop j's backward is step C−1−j: `step_of`), and keeps its output and sums in fp32, op by op as eager
+torch runs them (charged so under either kernel preset: its merges are the CP dispatcher's own Python; a compiled
+block's fusion of them is not modelled). Per element of the block's rows (E) or of the rank's whole L_r rows (W),
+in bytes, over every query head's K/V:
+
+    forward, step 0      the output widened to fp32 (read 2, write 4): 6·E; repeat_kv's copies of K and V (G < H)
+                         and their torch.cat for the all-gather (read 2, write 2 each): 4 per K/V element
+    forward, step i > 0  widen (6), out − out_i (12), · sigmoid (8), out − that (12): 38·E; a partial step's
+                         torch.cat of the halves: 8·W; per row the lse's five ops (52 bytes)
+    forward, last step   the output rounded to the compute format (read 4, write 2): 6·W
+    backward, step i     dQ += dq_ (read 4 and 2, write 4: 10·E_q), dK, dV += (10 per element each; step 0 onto
+                         fp32 zeros, 4 more); a partial step's torch.cat 8·W; the sums' torch.cat for the send (8·W
+                         each); the last step rounds dQ, dK, dV (6·W each)
 """
 
 from __future__ import annotations
@@ -70,6 +85,8 @@ def cp_unit_work(model, unit, B: int, tokens: int, kind: str, kernels: str, fp8:
     from zerosim.parallel.context import block_shapes, block_work  # CP's own (and its models'): only a CP plan's
 
     hop = getattr(unit, "hop", None)
+    if model.style == "torch":
+        return _torch_step_work(model, unit, B, tokens, kind, position, H, G, dh)
     shapes = block_shapes(model.style, model.split, model.causal, model.cp, position, hop, tokens)
     flops = FORWARD_ATTENTION * B * H * dh * block_work(shapes)
     keys, rows = sum(k for _, k, _ in shapes), sum(q for q, _, _ in shapes)
@@ -83,4 +100,33 @@ def cp_unit_work(model, unit, B: int, tokens: int, kind: str, kernels: str, fp8:
             every = sum(q for j in range(model.cp) for q, _, _ in
                         block_shapes(model.style, model.split, model.causal, model.cp, position, j, tokens))
             memory += CORRECT_BYTES * B * H * dh * every
+    return Work(attention_fwd=flops, memory=memory)
+
+
+# torch's ring, bytes an element (module docstring)
+WIDEN, MERGE, CAT, ROUND, LSE_ROW, GRAD_ADD, ZEROS, PACK = 6, 38, 8, 6, 52, 10, 4, 4
+
+
+def _torch_step_work(model, unit, B: int, tokens: int, kind: str, position: int, H: int, G: int, dh: int) -> Work:
+    """One step of torch's ring on CP position `position` (module docstring)."""
+    from zerosim.parallel.context import block_shapes, block_work, step_of
+
+    C, step = model.cp, step_of(unit.hop, model.cp, kind)
+    shapes = block_shapes("torch", model.split, model.causal, C, position, step, tokens)
+    flops = FORWARD_ATTENTION * B * H * dh * block_work(shapes)
+    rows = sum(q for q, _, _ in shapes)  # the block's query rows (0: a skipped step)
+    keys = sum(k for _, k, _ in shapes)
+    W, per = B * H * tokens * dh, B * H * dh  # the whole output's elements; elements a row
+    partial = 0 < rows < tokens and step > 0  # the second half of the rows only (the load-balanced i > p)
+    if kind == "backward":
+        memory = GRAD_ADD * per * (rows + 2 * keys) + (CAT * W if partial else 0) + 2 * CAT * W
+        memory += ZEROS * 3 * W if step == 0 else 0
+        memory += 3 * ROUND * W if step == C - 1 else 0
+        return Work(attention_bwd=BACKWARD_FACTOR * flops, memory=memory)
+    memory = (WIDEN if step == 0 else MERGE) * per * rows + (CAT * W if partial else 0)
+    memory += LSE_ROW * B * H * rows if step else 0
+    if step == 0:  # repeat_kv (G < H) and the all-gather's torch.cat of K and V
+        memory += 2 * PACK * W + (2 * _bytes("copy", H * dh, "eager") * B * tokens if G < H else 0)
+    if step == C - 1:
+        memory += ROUND * W
     return Work(attention_fwd=flops, memory=memory)

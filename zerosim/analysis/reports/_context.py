@@ -7,8 +7,8 @@ long, beside the same model's unsplit layer; the K/V's bytes by hand.
 Every tensor a layer keeps for backward is a per-token one (flash attention keeps no L×L buffer: the LSE is one fp32
 row a head), so a CP rank's layer is the unsplit layer's divided by C name by name, plus what CP adds: the Llama's
 rotary positions (L_r int64, for the QKV end's backward), and the K and V its output end keeps are the last pair the
-ring held (Transformer Engine saves `p2p_comm_buffers[-1]`), the same size as its own. cli/context_format.py prints
-them.
+ring held (Transformer Engine saves `p2p_comm_buffers[-1]`), the same size as its own (torch's: SDPA's inputs, its own
+K and V at every query head). cli/context_format.py prints them.
 
 The K/V's bytes, per layer and pass, as parallel/context/_communication.py sends them (w bytes an element, piece =
 B·G/T·L_r·d_h: one rank's K or V, of its G/T key-value heads beside tensor parallelism of degree T):
@@ -17,6 +17,10 @@ B·G/T·L_r·d_h: one rank's K or V, of its G/T key-value heads beside tensor pa
                 and C − 1 of dK and dV: 2·piece·(C − 1)·(forward passes + 2)·w
     allgather   K and V all-gathered in each forward pass and again in backward, dK and dV reduce-scattered: each
                 rank sends C − 1 pieces of each, the same 2·piece·(C − 1)·(forward passes + 2)·w
+    torch       its K and V at every query head (piece_H = B·H/T·L_r·d_h: repeat_kv runs before SDPA) all-gathered
+                once in each forward pass and again in backward, C − 1 messages of 2·piece_H each; backward C sends
+                of the fp32 dK, dV sums (a = 4 bytes an element; 8 under fp64):
+                2·piece_H·(C − 1)·(forward passes + 1)·w + 2·piece_H·C·a
 """
 
 from __future__ import annotations
@@ -28,9 +32,13 @@ def cp_sent(model, micro: tuple, spec, width: int, layers: int | None = None) ->
     B, L = micro
     H = model.n_heads
     G, dh = getattr(model, "n_kv_heads", H), getattr(model, "head_dim", None) or model.d_model // H
-    piece = B * (G // spec.tp) * (L // spec.cp) * dh  # a TP rank's heads
     passes = 2 if getattr(model, "checkpointing", False) else 1  # a checkpointed block's forward runs again
-    return (model.n_layers if layers is None else layers) * 2 * piece * (spec.cp - 1) * (passes + 2) * width
+    layers, C = model.n_layers if layers is None else layers, spec.cp
+    if spec.cp_style == "torch":
+        piece = B * (H // spec.tp) * (L // C) * dh  # every query head's copy of K (or V)
+        return layers * 2 * piece * ((C - 1) * (passes + 1) * width + C * (8 if width == 8 else 4))
+    piece = B * (G // spec.tp) * (L // C) * dh  # a TP rank's heads
+    return layers * 2 * piece * (C - 1) * (passes + 2) * width
 
 
 def cp_activations(model, micro: tuple, checkpoint: str, precision, spec) -> dict:

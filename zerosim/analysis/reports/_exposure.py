@@ -65,6 +65,10 @@ CONTEXT = {  # --cp-style -> why context parallelism's calls are exposed or hidd
     "allgather": "K and V all-gathered before the attention that reads them (forward, recompute, backward) and dK, "
                  "dV reduce-scattered after it (Transformer Engine's AttnFuncWithCPAndKVAllGather, synchronous "
                  "calls): nothing to hide behind, all exposed",
+    "torch": "K and V all-gathered once at the first step (forward, recompute, backward), hidden behind the first "
+             "step's block of attention, and backward each step's fp32 dK, dV sum sent on beside the next step's "
+             "attention (torch's context_parallel: _AllGatherRotater, _AllToAllRotater): exposed where the "
+             "all-gather outlasts the first block (a causal diagonal one, half the work) or a sum its step",
 }
 
 

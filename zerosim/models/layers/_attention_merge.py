@@ -22,8 +22,8 @@ otherwise.
 The backward's sums are plain adds in fmt (`accumulate`): dQ, and dK and dV as they travel the ring, start from
 the first step's gradient (`dq.copy_(dq_)`, `dk.copy_(dk_)`) and add each later step's (`dq.add_(dq_)`), rounded to
 fmt every time, in the 16-bit buffers TE allocates (`dq_buffer = torch.empty_like(q)`, the p2p buffers of kv's
-dtype). torch's ring (torch/distributed/tensor/experimental/_context_parallel/_attention.py, torch 2.13) keeps these
-sums in fp32 instead (`_cp_options.convert_to_f32`, `_SDPAMerger`): not modelled.
+dtype). torch's own (torch 2.13.0, torch/distributed/tensor/experimental/_context_parallel/_attention.py) keeps its
+output and its sums in fp32 instead (`_cp_options.convert_to_f32`): `merge_sigmoid` below is its `_SDPAMerger`.
 
 NOTE: `flash_attn_fwd_*_correction` are `jit_fuser` functions, which TE 2.18 compiles with torch.compile
 (transformer_engine/pytorch/jit.py, NVTE_TORCH_COMPILE=1 by default); a compiled kernel may fuse a multiply and the
@@ -89,3 +89,28 @@ def accumulate(total, part: np.ndarray, fmt):
         return part.copy()
     acc = acc_dtype(f)
     return cast(total.astype(acc) + part.astype(acc), f)
+
+
+def merge_sigmoid(out, lse, out_step: np.ndarray, lse_step: np.ndarray, fmt, rows: slice = slice(None)) -> tuple:
+    """torch's `_SDPAMerger.step` (convert_to_f32): (out (B, H, L, d_h) acc, lse (B, H, L) acc) with step i's block
+    merged into its rows `rows` (all, or the second half: torch's `partial`, `_partial_update`), new arrays; `out` None:
+    the first step's, out_step widened to acc. Every op rounded in acc, in torch's order (the ring-flash-attention
+    form it cites, zhuzilin/ring-flash-attention#34):
+
+        out = out − sigmoid(lse_i − lse) · (out − out_i),   sigmoid(x) = 1 / (1 + exp(−x))
+        lse = lse − logsigmoid(lse − lse_i),               logsigmoid(x) = min(x, 0) − log1p(exp(−|x|))
+
+    (torch's CPU and CUDA `log_sigmoid_forward`), exp and log1p each arithmetic's own (precision/arithmetic)."""
+    f = get_format(fmt)
+    acc, ops = acc_dtype(f), arithmetic_of(f)
+    step = out_step.astype(acc)
+    if out is None:
+        return step, lse_step.copy()
+    one = acc(1)
+    old_out, old_lse = out[..., rows, :], lse[..., rows]
+    weight = one / (one + ops.exp(-(lse_step - old_lse)))  # sigmoid(lse_i − lse)
+    new_out, new_lse = out.copy(), lse.copy()
+    new_out[..., rows, :] = old_out - weight[..., None] * (old_out - step)
+    x = old_lse - lse_step
+    new_lse[..., rows] = old_lse - (np.minimum(x, acc(0)) - LOG1P[ops.name](ops.exp(-np.abs(x))))
+    return new_out, new_lse

@@ -1,6 +1,7 @@
 """Context parallelism beside ZeRO: each rank holds 1/C of every sequence, and attention's keys and values travel the
 CP group — round a ring hop by hop, each hop's block of attention merged by the online softmax with the roundings
-Transformer Engine's kernels make, or all-gathered once (Llama 3's) — composed with every flat ZeRO stage, which
+Transformer Engine's kernels make, or all-gathered once (Llama 3's), or as torch's own context_parallel runs it
+(all-gathered, then merged step by step in fp32) — composed with every flat ZeRO stage, which
 reduces and shards the gradients over dp × cp as torchtitan's FSDP does.
 
     from zerosim.parallel.context import ContextParallel
@@ -18,6 +19,7 @@ Its files, the algorithm apart from its communication:
     _model.py         ContextParallelModel: the GPT's or Llama's units, attention cut where the ring communicates
     _ends.py          the QKV end before the ring and the output end after it (the GPT's, the Llama's, TP's halves)
     _core.py          a hop of ring attention, and the all-gather's core: the arithmetic between the sends
+    _torch_core.py    a step of torch's own ring (its fp32 merges and sums), and the order it runs them in
     _records.py       what crosses between the units: Located (a value beside its positions), Ring, RingGrad
     _attend.py        ring_attention: the core alone, each rank's Q, K, V in, O and LSE out
     _meta.py          the data-less twin of a CP rank's model, for the meta backend
@@ -51,7 +53,9 @@ from zerosim.parallel.context._model import STYLES, ContextParallelModel, check_
 from zerosim.parallel.context._parallelism import ContextParallel
 from zerosim.parallel.context._records import Located, Ring, RingGrad
 from zerosim.parallel.context._split import SPLITS, check_length, chunk_ids, positions, shard, unshard
+from zerosim.parallel.context._torch_core import step_of
 
 __all__ = ["Block", "ContextParallel", "ContextParallelModel", "Located", "Reach", "Ring", "RingGrad", "SPLITS",
            "STYLES", "block_shapes", "block_work", "busiest_position", "check_length", "check_options", "chunk_ids",
-           "gathered_reach", "positions", "ring_attention", "ring_block", "ring_schedule", "shard", "unshard"]
+           "gathered_reach", "positions", "ring_attention", "ring_block", "ring_schedule", "shard", "step_of",
+           "unshard"]

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from zerosim.cluster import Groups, Handle
 from zerosim.models.layers import BLOCK
-from zerosim.parallel.context._communication import Layout, forward_hop, gather
+from zerosim.parallel.context._communication import Layout, forward_hop, gather, gather_kv, torch_step
 from zerosim.parallel.context._core import Gathered, Hop
-from zerosim.parallel.context._model import check_style
+from zerosim.parallel.context._model import check_mask, check_style
 from zerosim.parallel.context._records import Ring
 from zerosim.parallel.context._split import SPLITS, check_split
+from zerosim.parallel.context._torch_core import TorchHop
 from zerosim.precision import get_format
 
 
@@ -24,11 +25,12 @@ def ring_attention(cluster, q: list, k: list, v: list, style: str = "ring", spli
                    causal: bool = True, fmt="bf16", block: int = BLOCK, group: Groups | None = None,
                    watch=None) -> tuple:
     """([O (B, H, L_r, d_h) in fmt], [LSE (B, H, L_r) in acc]), one per local rank: attention of each rank's queries
-    over the whole sequence's keys, with `style` "ring" (hop by hop, Transformer Engine's merge) or "allgather".
+    over the whole sequence's keys, with `style` "ring" (hop by hop, Transformer Engine's merge), "allgather" or
+    "torch" (torch's own: all-gathered, merged step by step in fp32; `watch` sees its running fp32 `running`).
     `watch(j, states)`: called after hop j (ring) with every rank's `Ring` record, whose `steps` hold each hop's
     (out_i, lse_i, rows) so far — after the last hop too, beside the merged `lse` and the output `o` (what a
     narration reads: replay/_context.py)."""
-    check_style(style), check_split(split)
+    check_style(style), check_split(split), check_mask(style, split, bool(causal))
     group = Groups.world(cluster.world_size) if group is None else group
     f, C = get_format(fmt), group.size
     how, where = Layout(C, split, bool(causal)), [group.position(r.index) for r in cluster.ranks]
@@ -38,6 +40,14 @@ def ring_attention(cluster, q: list, k: list, v: list, style: str = "ring", spli
         unit = Gathered(pieces, n_rep, block, "attention.gathered")
         states, _ = gather(cluster, group, states, where, unit, how, "forward")
         states = [unit.forward({}, s, f)[0] for s in states]
+    elif style == "torch":  # every rank's K/V all-gathered once, then torch's steps (_torch_core.py)
+        steps = [TorchHop(j, C, pieces, n_rep, block, f"attention.hop{j}") for j in range(C)]
+        every, _ = gather_kv(cluster, group, states, steps[0], "forward")
+        states = [s.but(gathered=g) for s, g in zip(states, every)]
+        for j, unit in enumerate(steps):
+            states = [unit.forward({}, s, f)[0] for s in torch_step(states, where, unit, how, "forward")]
+            if watch is not None:
+                watch(j, states)
     else:
         ahead = Handle()
         for j in range(C):

@@ -16,6 +16,15 @@ record (and its position p) and returns the records as the next unit reads them,
     scatter_dkv     dK, then dV, reduce-scattered to their owners in the compute format, the ring's order (TE's
                     reduce_scatter_along_first_dim)
 
+and for torch's own (torch 2.13.0, _context_parallel/_attention.py; _torch_core.py):
+
+    gather_kv       every rank's K and V (each query head's copy: repeat_kv ran before SDPA) in one all-gather of
+                    torch.cat((k.flatten(), v.flatten())) (`_AllGatherRotater`: one all_gather_single, in forward and
+                    again in backward), posted before step 0 computes: step 1 waits for it
+    torch_step      step i's K/V, chunk (p − i) mod C of the gathered, and its block
+    pass_dkv        the fp32 dK, dV sum one step made, in one message to p + 1 (`_AllToAllRotater`:
+                    permute_tensor), which p + 1 waits for after its next step computes
+
 Every send is a collective (zerosim.collectives) over the CP groups, in the trace with its handle and the purpose
 "context parallel" (what the timeline's exposure report reads it by). What a K/V costs
 in memory while in flight (TE's p2p_comm_buffers) is transport, as the ring's FIFOs are (collectives/_ring.py).
@@ -32,7 +41,9 @@ from zerosim.collectives import all_gather, reduce_scatter, send_recv
 from zerosim.models.meta import like
 from zerosim.parallel.context._blocks import gathered_reach, ring_block
 from zerosim.parallel.context._core import rows_of
+from zerosim.models.llama import repeat_kv
 from zerosim.parallel.context._split import positions
+from zerosim.parallel.context._torch_core import step_of
 
 PURPOSE = "context parallel"  # every call this file makes, as the trace labels it (cluster/_events.py PURPOSES)
 
@@ -116,6 +127,53 @@ def scatter_dkv(cluster, group, grads: list, unit, how: Layout):
         handle += got.handle
         owned.append([m.reshape(g.held[i].shape) for m, g in zip(got, grads)])  # (B, G, L_r, d_h)
     return [g.but(dk=dk, dv=dv, dkv=None) for g, dk, dv in zip(grads, *owned)], handle
+
+
+def gather_kv(cluster, group, states: list, unit, direction: str):
+    """(per rank the C positions' (K, V) in position order, the handle): torch's one all-gather of the K/V each rank
+    hands SDPA (forward: its own, repeated to every query head; backward: those the output end kept, already so)."""
+    own = [_repeated(s.kv, unit.n_rep) if direction == "forward" else s.held for s in states]
+    if unit.hops == 1:
+        return [(kv,) for kv in own], Handle()
+    with cluster.trace.about(purpose=PURPOSE):
+        got = all_gather(cluster, [_pack(kv) for kv in own], group=group,
+                         tag=f"{unit.name}: K, V all-gather ({direction})")
+    size = sum(int(np.prod(a.shape)) for a in own[0])
+    every = [tuple(_unpack(_piece(m, c, size), kv) for c in range(unit.hops)) for m, kv in zip(got, own)]
+    return every, got.handle
+
+
+def torch_step(states: list, where: list, unit, how: Layout, kind: str) -> list:
+    """The records with step i's K/V (position (p − i) mod C's, from `gathered`) and block (the ring's: torch's
+    `_is_causal_behavior` and load-balanced halves are the same blocks, _blocks.py)."""
+    i, C, out = step_of(unit.hop, unit.hops, kind), how.cp, []
+    for s, c in zip(states, where):
+        held = s.gathered[(c - i) % C]
+        block = ring_block(how.split, how.causal, C, c, i)
+        out.append(s.but(held=held, block=block, work=_work(s.q, held[0], block, unit.pieces)))
+    return out
+
+
+def pass_dkv(cluster, group, grads: list, unit) -> tuple:
+    """(grads with the fp32 dK, dV sum that arrived from p − 1, the handle): each rank's sum sent to p + 1."""
+    if unit.hops == 1:
+        return grads, Handle()
+    with cluster.trace.about(purpose=PURPOSE):
+        got = send_recv(cluster, [_pack(g.dkv) for g in grads], group=group, shift=1,
+                        tag=f"{unit.name}: dK, dV (fp32) to the next rank (backward)")
+    return [g.but(dkv=_unpack(m, g.dkv)) for m, g in zip(got, grads)], got.handle
+
+
+def _repeated(kv: tuple, n_rep: int) -> tuple:
+    return tuple(repeat_kv(a, n_rep) if not getattr(a, "is_meta", False) else
+                 like(a, a.shape[:1] + (a.shape[1] * n_rep,) + a.shape[2:], a.dtype) for a in kv)
+
+
+def _piece(message, c: int, size: int):
+    """Position c's part of an all-gathered message of `size` elements a position."""
+    if getattr(message, "is_meta", False):
+        return like(message, (size,), message.dtype)
+    return message[c * size:(c + 1) * size]
 
 
 def _work(q, k, block, pieces: int) -> tuple:

@@ -29,6 +29,18 @@ from zerosim.precision import get_format
 MERGE_FLOPS, CORRECT_ROW_FLOPS, CORRECT_FLOPS = 6, 2, 2
 
 
+def attend(x, step, pieces: int, n_rep: int, block: int, f, first: bool) -> tuple:
+    """(out (fmt), lse (acc), the query rows) of the block `step` names: its rows of Q against its rows of the held
+    K/V (repeated n_rep times), one flash call. The `first` block of a ring must hold every query row (its step 0)."""
+    L = x.q.shape[-2]
+    qr, kr = rows_of(step.q, pieces, L), rows_of(step.k, pieces, L)
+    if first and qr != slice(0, L):
+        raise RuntimeError("a ring's first block must hold every query row (its step 0)")
+    k, v = (repeat_kv(a[..., kr, :], n_rep) for a in x.held)
+    out, (*_, lse) = flash_attention_forward(x.q[..., qr, :], k, v, f, block, step.causal)
+    return out, lse, qr
+
+
 def rows_of(pieces: tuple, count: int, length: int) -> slice:
     """The rows of `pieces` (consecutive piece numbers) of a rank's `length` tokens cut in `count` pieces."""
     size = length // count
@@ -55,12 +67,7 @@ class Hop(Layer):
         f = get_format(fmt)
         step, lse, steps = x.block, x.lse, x.steps
         if step is not None:
-            L = x.q.shape[-2]
-            qr, kr = rows_of(step.q, self.pieces, L), rows_of(step.k, self.pieces, L)
-            k, v = (repeat_kv(a[..., kr, :], self.n_rep) for a in x.held)
-            out, (*_, lse_step) = flash_attention_forward(x.q[..., qr, :], k, v, f, self.block, step.causal)
-            if lse is None and qr != slice(0, L):
-                raise RuntimeError("the ring's first block must hold every query row (Transformer Engine's step 0)")
+            out, lse_step, qr = attend(x, step, self.pieces, self.n_rep, self.block, f, lse is None)
             lse = lse_step if lse is None else merge_lse(lse, lse_step, f, qr)
             steps = steps + ((out, lse_step, qr),)
         if self.hop < self.hops - 1:

@@ -257,9 +257,10 @@ class TensorOut(Layer):
     role = "row"  # parallel/tensor/_plan.py: g after it
     cp_part = "out"  # what the time model charges it as (analysis/costs/_context_work.py)
 
-    def __init__(self, unit, name: str):
+    def __init__(self, unit, name: str, saved_kv_heads: int | None = None):
         super().__init__(name)
         self.qkv = TensorQKV(unit, name)
+        self.saved_kv_heads = self.qkv.kv_heads if saved_kv_heads is None else saved_kv_heads  # (torch's: H/T)
         self.weight = "o_proj" if self.qkv.gqa else "w_o"
         self.param_shapes = {self.weight: unit.param_shapes[self.weight]}
 
@@ -279,8 +280,8 @@ class TensorOut(Layer):
 
     def saved_spec(self, x_shape, fmt) -> dict:
         q = self.qkv
-        return AttentionOut(q.d, q.heads, q.kv_heads, q.head_dim, self.weight, None, self.name).saved_spec(x_shape,
-                                                                                                           fmt)
+        return AttentionOut(q.d, q.heads, self.saved_kv_heads, q.head_dim, self.weight, None,
+                            self.name).saved_spec(x_shape, fmt)
 
     def flops(self, x_shape, kind):
         B, L, width = x_shape

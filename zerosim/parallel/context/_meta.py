@@ -24,6 +24,7 @@ from zerosim.models.meta import MetaDecoder, MetaUnit, like
 from zerosim.parallel.context._core import Gathered, Hop
 from zerosim.parallel.context._ends import AttentionOut, GptQKV, LlamaQKV, TensorOut, TensorQKV
 from zerosim.parallel.context._records import Located, Ring, RingGrad
+from zerosim.parallel.context._torch_core import TorchHop
 from zerosim.parallel.tensor import Bundle, MetaTensorParallelUnit
 from zerosim.precision import get_format
 
@@ -46,7 +47,22 @@ def _tensor_qkv_out(u, x, f):
     return Ring(bundle.residual, like(h, (B, u.heads, L, u.head_dim), f.dtype), kv), h
 
 
+def _torch_out(u, x, f):
+    """torch's step: the fp32 output merged so far (B, H, L_r, d_h) and lse; after the last, O, the lse and the
+    rank's own K/V repeated to every query head (what the output end keeps)."""
+    B, H, L, dh = x.q.shape
+    acc = np.dtype(acc_dtype(f))
+    lse = like(x.q, (B, H, L), acc)
+    if u.hop < u.hops - 1:
+        return x.but(running=like(x.q, x.q.shape, acc), lse=lse)
+    own = tuple(like(x.q, (B, H, L, dh), f.dtype) for _ in x.kv)
+    return x.but(o=like(x.q, x.q.shape, f.dtype), lse=lse, running=None, held=own, gathered=None, incoming=None,
+                 work=(B, L, H * dh))
+
+
 def _core_out(u, x, f):
+    if isinstance(u, TorchHop):
+        return _torch_out(u, x, f)
     if isinstance(u, Hop) and u.hop < u.hops - 1:
         return x
     B, H, L, dh = x.q.shape
@@ -56,6 +72,9 @@ def _core_out(u, x, f):
 
 
 def _core_back(u, dy, f):
+    if isinstance(u, TorchHop):  # fp32 dQ so far and the dK, dV sum for the K/V held (the parallelism sends it on)
+        acc = np.dtype(acc_dtype(f))
+        return dy.but(dq=like(dy.q, dy.q.shape, acc), dkv=tuple(like(a, a.shape, acc) for a in dy.held))
     if isinstance(u, Gathered):
         return dy.but(dq=like(dy.q, dy.q.shape, f.dtype), dkv=tuple(like(a, a.shape, f.dtype) for a in dy.gathered),
                       gathered=None)
@@ -84,7 +103,7 @@ class MetaContextUnit(Layer):
         if isinstance(u, TensorQKV):
             out, h = _tensor_qkv_out(u, x, f)
             return out, {n: like(h, s, d) for n, (s, d) in u.saved_spec(h.shape, f).items()}
-        if isinstance(u, (Hop, Gathered)):
+        if isinstance(u, (Hop, Gathered, TorchHop)):
             return _core_out(u, x, f), {}
         if isinstance(u, (AttentionOut, TensorOut)):
             o_shape = x.work
@@ -102,7 +121,7 @@ class MetaContextUnit(Layer):
             h = cache.get(getattr(u, "input_name", None))
         anchor = next(iter(cache.values())) if cache else h if h is not None else dy.q  # a MetaArray to make them like
         grads = {n: like(anchor, s, f.dtype) for n, s in self.param_shapes.items()}
-        if isinstance(u, (Hop, Gathered)):
+        if isinstance(u, (Hop, Gathered, TorchHop)):
             return _core_back(u, dy, f), grads
         if isinstance(u, (AttentionOut, TensorOut)):
             o, q = cache["attention output"], getattr(u, "qkv", u)
@@ -155,7 +174,7 @@ class MetaContextParallelModel(MetaDecoder):
     def __init__(self, model, loss, tied_head: bool = False):
         units, tensor = [], model.cut is not model.full
         for i, u in enumerate(model.layers):
-            if isinstance(u, (GptQKV, LlamaQKV, Hop, Gathered, AttentionOut, TensorQKV, TensorOut)):
+            if isinstance(u, (GptQKV, LlamaQKV, Hop, Gathered, TorchHop, AttentionOut, TensorQKV, TensorOut)):
                 units.append(MetaContextUnit(u))
             elif tensor:
                 twin = _MetaTensorPositioned if i in model.positioned else MetaTensorParallelUnit

@@ -6,7 +6,8 @@ model's, in the same order: ZeRO shards it over dp × cp (parallel/data/multinod
 
     embed                        GPT: token + learned position embedding at the rank's positions; Llama: as is
     block{i}.attn.qkv            the norm and the QKV GEMM (Llama: rotary at the rank's positions)   _ends.py
-    block{i}.attn.hop0 .. hop{C−1}   ring: one block of attention a hop (the K/V arrive between hops)
+    block{i}.attn.hop0 .. hop{C−1}   ring: one block of attention a hop (the K/V arrive between hops); torch:
+                                     one step of torch's ring a hop (_torch_core.py)
       or block{i}.attn.gathered      all-gather: the local queries against the gathered keys
     block{i}.attn.out            W_o, its bias, the residual add
     block{i}.ffn                 the FFN sub-block, as is (a token's FFN needs no other token)
@@ -37,16 +38,26 @@ from zerosim.models.gpt import AttentionBlock, Decoder, Embedding, FFNBlock, Tra
 from zerosim.models.llama import LlamaAttention, LlamaBlock
 from zerosim.parallel.context._split import SPLITS, check_split
 from zerosim.parallel.context._core import Gathered, Hop
+from zerosim.parallel.context._torch_core import TorchHop
 from zerosim.parallel.context._ends import AttentionOut, GptQKV, LlamaQKV, TensorOut, TensorQKV
 
-STYLES = ("ring", "allgather")  # Transformer Engine's cp_comm_type "p2p" and "all_gather"
+# Transformer Engine's cp_comm_type "p2p" and "all_gather"; torch's own context_parallel (_torch_core.py)
+STYLES = ("ring", "allgather", "torch")
 
 
 def check_style(style: str) -> str:
     if style not in STYLES:
         raise ValueError(f"style must be one of {STYLES} (ring: K/V passed round the CP ring hop by hop; allgather: "
-                         f"K/V all-gathered, then attention, as Llama 3), got {style!r}")
+                         f"K/V all-gathered, then attention, as Llama 3; torch: torch's context_parallel, K/V "
+                         f"all-gathered, merged step by step in fp32), got {style!r}")
     return style
+
+
+def check_mask(style: str, split: str, causal: bool) -> None:
+    """torch's load balancing (the zigzag split) needs the causal mask: refused otherwise, as torch refuses it."""
+    if style == "torch" and split == "zigzag" and not causal:
+        raise ValueError("style 'torch' with split 'zigzag' needs causal attention (torch 2.13: 'Load balancing "
+                         "requires `is_causal=True`'); use split 'contiguous' for attention without its mask")
 
 
 def check_cp(cp) -> int:
@@ -87,6 +98,7 @@ class ContextParallelModel(Decoder):
         check_model(full)
         self.cp, self.style, self.split = check_cp(cp), check_style(style), check_split(split)
         self.causal = bool(causal)
+        check_mask(self.style, self.split, self.causal)
         self.full, self.cut = full, full if tensor is None else tensor
         layers, base, spans, positioned = [], [], [], set()
         for i, unit in enumerate(self.cut.layers):
@@ -128,7 +140,14 @@ class ContextParallelModel(Decoder):
         block = self._flash_block
         if self.style == "allgather":
             return [Gathered(pieces, n_rep, block, f"{name}.attn.gathered")]
+        if self.style == "torch":
+            return [TorchHop(j, self.cp, pieces, n_rep, block, f"{name}.attn.hop{j}") for j in range(self.cp)]
         return [Hop(j, self.cp, pieces, n_rep, block, f"{name}.attn.hop{j}") for j in range(self.cp)]
+
+    def _saved_kv_heads(self, heads: int, kv_heads: int) -> int:
+        """The key/value heads the output end keeps for backward: torch's ring keeps SDPA's inputs, repeated to every
+        query head (torchtitan's repeat_kv before SDPA); the others the model's own."""
+        return heads if self.style == "torch" else kv_heads
 
     def _gpt_attention(self, unit, name: str) -> list:
         self._flash_block = unit.block
@@ -140,7 +159,8 @@ class ContextParallelModel(Decoder):
         self._flash_block = attn.block
         name = attn.name.removesuffix(".attn")
         return [LlamaQKV(attn, f"{name}.attn.qkv"), *self._core(name, attn.heads, attn.kv_heads),
-                AttentionOut(attn.d, attn.heads, attn.kv_heads, attn.head_dim, "o_proj",
+                AttentionOut(attn.d, attn.heads, self._saved_kv_heads(attn.heads, attn.kv_heads), attn.head_dim,
+                             "o_proj",
                              "o_bias" if attn.o_bias else None, f"{name}.attn.out")]
 
     def _tensor_attention(self, unit) -> list:
@@ -148,7 +168,8 @@ class ContextParallelModel(Decoder):
         name = unit.name.removesuffix(".attn")
         return [TensorQKV(unit, f"{name}.attn.qkv"), *self._core(name, unit.heads, getattr(unit, "kv_heads",
                                                                                            unit.heads)),
-                TensorOut(unit, f"{name}.attn.out")]
+                TensorOut(unit, f"{name}.attn.out", self._saved_kv_heads(unit.heads, getattr(unit, "kv_heads",
+                                                                                             unit.heads)))]
 
     def init_params(self, rng=None):
         """The cut model's initial weights (the same flat vector, in the same order)."""

@@ -32,6 +32,11 @@ At the step's points (parallel/_contract.py) it runs, over the CP groups (collec
                                order: TE's reduce_scatter_along_first_dim, a synchronous call): the next unit
                                waits for them
 
+torch's own (style "torch", _torch_core.py: torch 2.13.0's context_parallel on its default path, as torchtitan runs
+it): before step 0 (forward, its recompute, and backward) every rank's K/V, at every query head, in one all-gather
+that step 1 waits for; after each backward step its fp32 dK/dV sum sent to p + 1, waited for after the next step's
+attention (torch's `next_buffer` follows the op), the last (the rank's own) before the QKV end.
+
 The sends themselves are _communication.py's. Each hop is told its block (_blocks.py) — which pieces of Q meet which
 of the held K/V — so the units (_core.py) never ask which rank they run on. Nothing is kept between steps.
 
@@ -52,13 +57,14 @@ from zerosim.parallel.context._meta import MetaContextParallelModel
 from zerosim.parallel.context._model import ContextParallelModel, check_cp, check_style
 from zerosim.parallel.context._records import Located
 from zerosim.parallel.context._split import check_length, check_split, positions, shard
+from zerosim.parallel.context._torch_core import TorchHop, finish, step_of
 
 
 class ContextParallel(Parallelism):
     """Context parallelism of degree `cp` over `model` (a GPT or a Llama with attention="flash"): `style` "ring"
-    (Transformer Engine's p2p, Megatron-Core's default cp_comm_type) or "allgather" (the Llama 3 paper's, TE's
-    all_gather); `split` "zigzag" (load-balanced: TE's, torch's head-tail) or "contiguous"; `causal` False: attention
-    without its mask.
+    (Transformer Engine's p2p, Megatron-Core's default cp_comm_type), "allgather" (the Llama 3 paper's, TE's
+    all_gather) or "torch" (torch's own context_parallel, torchtitan's); `split` "zigzag" (load-balanced: TE's,
+    torch's head-tail) or "contiguous"; `causal` False: attention without its mask.
 
         cp = ContextParallel(GPT(vocab=64, d_model=32, n_heads=4, n_layers=2, seq_len=16, attention="flash"), cp=2)
         engine = ZeroEngine(cp.model, Cluster(4), 3, Adam(), "bf16-mixed", parallelisms=(cp,))
@@ -143,6 +149,8 @@ class ContextParallel(Parallelism):
             return Handle()
         unit, group = self.local.layers[op.layer], ctx.mesh.dims.groups("cp")
         where = [self.position_of(ctx.cluster, ctx.mesh.dims)(rank.index) for rank in ctx.ranks]
+        if isinstance(unit, TorchHop):
+            return self._torch_step(ctx, passes, op, unit, where, group)
         if op.kind == "backward":
             if isinstance(unit, Hop):  # sent now, waited for by the next unit (after_unit): TE's overlap
                 grads, self._behind = comm.backward_hop(ctx.cluster, group, [p.dy for p in passes], where, unit,
@@ -174,9 +182,35 @@ class ContextParallel(Parallelism):
             p.a = state
         return handle
 
+    def _torch_step(self, ctx, passes, op, unit, where, group) -> Handle:
+        """torch's ring (_torch_core.py): at step 0 every rank's K/V all-gathered (forward, and again in backward),
+        which step 1 waits for; each step its K/V from them and its block."""
+        kind = "backward" if op.kind == "backward" else "forward"  # a recompute is the forward again
+        attr = "dy" if kind == "backward" else "a"
+        step, records = step_of(unit.hop, unit.hops, kind), [getattr(p, attr) for p in passes]
+        waited = Handle()
+        if step == 0:
+            every, self._ahead = comm.gather_kv(ctx.cluster, group, records, unit, kind)
+            records = [r.but(gathered=g) for r, g in zip(records, every)]
+        elif step == 1:
+            waited, self._ahead = self._ahead, Handle()
+        for p, r in zip(passes, comm.torch_step(records, where, unit, self.layout, kind)):
+            setattr(p, attr, r)
+        return waited
+
     def after_unit(self, ctx, passes, ops) -> Handle:
         op = ops[0]
         unit = None if self.local is None or op.kind != "backward" else self.local.layers[op.layer]
+        if isinstance(unit, TorchHop):  # the step's fp32 dK, dV sum sent on; the one sent a step ago waited for now
+            grads, sent = comm.pass_dkv(ctx.cluster, ctx.mesh.dims.groups("cp"), [p.dy for p in passes], unit)
+            handle, self._behind = self._behind, sent
+            last = step_of(unit.hop, unit.hops, "backward") == unit.hops - 1
+            if last:  # what arrived is the rank's own: rounded, and repeat_kv's backward (the QKV end waits)
+                handle, self._behind = handle + sent, Handle()
+                grads = [finish(g, unit.n_rep, p.fmt) for g, p in zip(grads, passes)]
+            for p, g in zip(passes, grads):
+                p.dy = g
+            return handle
         if isinstance(unit, Hop):  # the message this hop's before_unit sent: the next unit waits for it
             handle, self._behind = self._behind, Handle()
             return handle

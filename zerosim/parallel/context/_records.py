@@ -11,7 +11,8 @@ FLOPs of a hop follow from it), `dtype`, `nbytes` (every part), `snapshot()` (co
     Located    a value beside its tokens' sequence positions: the embedding's ids (the GPT's learned positions), the
                Llama's attention input (rotary positions)
     Ring       forward: the residual stream, Q, own K/V, the K/V held at this hop (and the next hop's, on its way),
-               each hop's (out_i, lse_i), the merged lse; after the last hop the output O
+               each hop's (out_i, lse_i), the merged lse (torch's ring: the fp32 output merged so far, every rank's
+               K/V all-gathered); after the last hop the output O
     RingGrad   backward: dO, O, LSE, Q, the K/V held, the dK/dV travelling with it, dQ, the residual's gradient
 """
 
@@ -117,6 +118,7 @@ class Ring(_Record):
     lse: object = None  # (B, H, L_r) acc, merged so far
     gathered: tuple = None  # all-gather: every rank's (K, V) in sequence order, (B, G, L, d_h)
     o: object = None  # (B, H, L_r, d_h) the attention output, once every hop is in
+    running: object = None  # torch's ring: (B, H, L_r, d_h) acc, the output merged so far (_torch_core.py)
 
     @property
     def shape(self) -> tuple:
@@ -134,8 +136,8 @@ class RingGrad(_Record):
     q: object  # (B, H, L_r, d_h)
     held: tuple = None  # (K, V) this hop's
     incoming: tuple = None  # (K, V) of the next hop (backward order), received with `dkv`
-    dkv: tuple = None  # the dK, dV pieces travelling with the held K/V: ((dK piece or None, ...), (dV ...))
-    dq: object = None  # (B, H, L_r, d_h) dQ so far (None: nothing written yet)
+    dkv: tuple = None  # the dK, dV travelling with the held K/V (torch's ring: the fp32 sums that arrived)
+    dq: object = None  # (B, H, L_r, d_h) dQ so far (None: nothing written yet; torch's ring: fp32)
     block: object = None
     work: tuple = ()
     gathered: tuple = None
