@@ -66,16 +66,20 @@ def assert_same(engine, cp, oracle, losses):
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "both ways"])
 @pytest.mark.parametrize("split", ["zigzag", "contiguous"])
-@pytest.mark.parametrize("style", ["ring", "allgather"])
+@pytest.mark.parametrize("style", ["ring", "allgather", "torch"])
 @pytest.mark.parametrize("C", [2, 4])
 def test_every_style_split_and_mask_equals_the_oracle(C, style, split, causal):
     full = gpt(layers=1) if (C == 2) == causal else llama(kv=2, rep=2, layers=1)  # both families over the grid
+    if style == "torch" and split == "zigzag" and not causal:  # torch: "Load balancing requires `is_causal=True`"
+        with pytest.raises(ValueError, match="needs causal attention"):
+            ContextParallel(full, cp=C, style=style, split=split, causal=causal)
+        return
     assert_same(*run_both(full, C, stage=3 if causal else 1, style=style, split=split, causal=causal))
 
 
 @pytest.mark.parametrize("sp", [False, True], ids=["no SP", "SP"])
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
-@pytest.mark.parametrize("style", ["ring", "allgather"])
+@pytest.mark.parametrize("style", ["ring", "allgather", "torch"])
 def test_beside_tensor_parallelism_every_stage_equals_the_oracle(stage, style, sp):
     """Beside TP, with or without its sequence parallelism (each CP rank's L / C tokens cut again over the TP group
     for the norms and residual adds: L / (C·T) a rank)."""
@@ -180,8 +184,21 @@ def test_drawn_allgather_equals_the_oracle(family, C, split, causal, stage, prec
 
 
 @pytest.mark.slow
+@settings(**SETTINGS)
+@given(family=st.sampled_from(["gpt", "llama"]), C=st.sampled_from([2, 4]), split=st.sampled_from(["zigzag",
+       "contiguous"]), causal=st.booleans(), stage=st.integers(0, 3), precision=st.sampled_from(PRECISIONS),
+       data=st.data())
+def test_drawn_torch_equals_the_oracle(family, C, split, causal, stage, precision, data):
+    """torch's own style: its load-balanced (zigzag) split only under the causal mask, as torch runs it."""
+    full, L = drawn(data, family, C, split)
+    check_drawn(full, L, C, "torch", split, causal or split == "zigzag", stage, precision,
+                data.draw(st.sampled_from([1, 2]), label="K"), data.draw(st.integers(1, 2), label="dp"),
+                data.draw(st.integers(1, 2), label="B"))
+
+
+@pytest.mark.slow
 @settings(max_examples=20)
-@given(family=st.sampled_from(["gpt", "llama"]), style=st.sampled_from(["ring", "allgather"]),
+@given(family=st.sampled_from(["gpt", "llama"]), style=st.sampled_from(["ring", "allgather", "torch"]),
        split=st.sampled_from(["zigzag", "contiguous"]), stage=st.integers(0, 3),
        precision=st.sampled_from(PRECISIONS), sp=st.booleans(), data=st.data())
 def test_drawn_beside_tensor_parallelism_equals_the_oracle(family, style, split, stage, precision, sp, data):

@@ -19,6 +19,16 @@ models/layers/_attention_merge.py):
     all-gather       each chunk of p's queries against every key up to its last position (bottom-right causal);
                      backward: dK, dV over the whole sequence summed from zeros, chunk by chunk, then summed over the
                      C positions by the naive twin in the ring's order (collectives/_naive.py)
+    torch            torch 2.13.0's own context_parallel as torchtitan 9dec370 runs it (torch/distributed/tensor/
+                     experimental/_context_parallel/_attention.py: `_templated_ring_attention`, `_SDPAMerger`,
+                     `_templated_ring_attention_backward`, `_is_causal_behavior`, `_partial_update`; zigzag is its
+                     head-tail load balancing): K/V repeated to H heads before they travel; for p the steps i = 0, ...,
+                     C − 1 attend to position (p − i) mod C's K/V, the same blocks as the ring's (a block whose rows
+                     are the second half is torch's "partial" one); the merge in fp32 (acc), each op rounded:
+                     out − sigmoid(lse_i − lse)·(out − out_i), lse − logsigmoid(lse − lse_i); backward in the same
+                     step order, dQ summed from fp32 zeros, dK/dV of position s from fp32 zeros over the ranks
+                     s, s + 1, ..., s + C − 1 (the order `_AllToAllRotater` carries them), each cast to fmt once,
+                     then repeat_kv's backward to the G heads (`_torch_attention` runs it all on plain arrays)
 
 Then the dp·C gradients (position c of data-parallel rank d is rank d·C + c: the "fsdp" group's ring order) go to a
 `Reference` over dp·C ranks with the engine's stage, recipe and precision. What it checks: the ring's schedule (which
@@ -34,10 +44,12 @@ import numpy as np
 from zerosim.collectives import naive_reduce
 from zerosim.models import Pass, needs_params, schedule
 from zerosim.models.layers import flash_attention_backward, flash_attention_forward
-from zerosim.models.layers import accumulate, correct_out, merge_lse
+from zerosim.models.layers import LOG1P, accumulate, acc_dtype, correct_out, merge_lse
 from zerosim.models.llama import repeat_kv, repeat_kv_backward
 from zerosim.parallel.context import Located
 from zerosim.parallel.tensor import local_flat, placement, whole_flat
+from zerosim.precision import cast, get_format
+from zerosim.precision.arithmetic import arithmetic_of
 from zerosim.reference._oracle import Reference
 from zerosim.reference._tensor import TensorReference, sum_sequence_parallel
 
@@ -196,6 +208,13 @@ class ContextReference:
     def _forward(self, passes, where, unit) -> None:
         f, C, n_rep = self.precision.compute_format, self.C, unit.n_rep
         states = [p.a for p in passes]
+        if self.cp.style == "torch":  # torch's CP moves the K/V repeat_kv made (torchtitan repeats before SDPA)
+            reps = [tuple(repeat_kv(a, n_rep) for a in s.kv) for s in states]
+            for c, (p, s) in enumerate(zip(passes, states)):
+                o, lse = _torch_forward(s.q, reps, where, c, self.cp.causal, self.cp.split, f, unit.block)
+                B, H, L, dh = o.shape
+                p.a = s.but(o=o, lse=lse, held=reps[c], work=(B, L, H * dh))
+            return
         for c, (p, s) in enumerate(zip(passes, states)):
             if self.cp.style == "allgather":
                 o, lse = self._gathered(s, states, where, c, unit)
@@ -219,16 +238,7 @@ class ContextReference:
     def _block(self, q_pos, k_pos):
         """(query rows, key rows, causal) of a block of attention from the tokens' positions, or (None, ..) when no
         query sees any of the keys."""
-        seen = k_pos[None, :] <= q_pos[:, None] if self.cp.causal else np.ones((len(q_pos), len(k_pos)), bool)
-        rows, cols = np.flatnonzero(seen.any(axis=1)), np.flatnonzero(seen.any(axis=0))
-        if len(rows) == 0:
-            return None, None, False
-        sub = seen[np.ix_(rows, cols)]
-        if sub.all():
-            return _span(rows), _span(cols), False
-        if len(rows) == len(cols) and np.array_equal(sub, np.tril(np.ones_like(sub))):
-            return _span(rows), _span(cols), True
-        raise AssertionError("a block whose mask is neither full nor causal")
+        return _block(q_pos, k_pos, self.cp.causal)
 
     def _gathered(self, s, states, where, c, unit):
         f, n_rep = self.precision.compute_format, unit.n_rep
@@ -254,6 +264,13 @@ class ContextReference:
     def _backward(self, passes, where, unit) -> None:
         f, C = self.precision.compute_format, self.C
         grads = [p.dy for p in passes]
+        if self.cp.style == "torch":  # `held`: each position's own K/V, already repeated to H heads (forward)
+            made = _torch_backward([g.do for g in grads], [g.q for g in grads], [g.o for g in grads],
+                                   [g.lse for g in grads], [g.held for g in grads], where, self.cp.causal,
+                                   self.cp.split, f, unit.block, unit.n_rep)
+            for p, g, (dq, dk, dv) in zip(passes, grads, made):
+                p.dy = g.but(dq=dq, dk=dk, dv=dv)
+            return
         ring = self.cp.style != "allgather"
         parts = {}  # (c, src) -> (rows, dq part, cols, dk part, dv part)
         for c, g in enumerate(grads):
@@ -327,3 +344,128 @@ class _Sum:
         block[..., fresh, :] = part[..., fresh, :]
         block[..., ~fresh, :] = summed[..., ~fresh, :]
         self.written[rows] = True
+
+
+def _block(q_pos, k_pos, causal: bool):
+    """(query rows, key rows, causal) of a block of attention from the tokens' positions, or (None, ..) when no query
+    sees any of the keys."""
+    seen = k_pos[None, :] <= q_pos[:, None] if causal else np.ones((len(q_pos), len(k_pos)), bool)
+    rows, cols = np.flatnonzero(seen.any(axis=1)), np.flatnonzero(seen.any(axis=0))
+    if len(rows) == 0:
+        return None, None, False
+    sub = seen[np.ix_(rows, cols)]
+    if sub.all():
+        return _span(rows), _span(cols), False
+    if len(rows) == len(cols) and np.array_equal(sub, np.tril(np.ones_like(sub))):
+        return _span(rows), _span(cols), True
+    raise AssertionError("a block whose mask is neither full nor causal")
+
+
+# -- the style "torch": torch 2.13.0's _templated_ring_attention(_backward), on plain arrays ------------------------
+def _torch_steps(where, c: int, causal: bool, split: str) -> list:
+    """Position c's steps i = 0, ..., C − 1, each (source s, query rows, key rows, causal) or (s, None, None, False)
+    where torch skips it; the blocks from the tokens' positions (`_block`), checked against torch's own rule
+    (`_is_causal_behavior` and the three branches of `_templated_ring_attention`)."""
+    C, L = len(where), len(where[c])
+    half, whole, first, second = L // 2, slice(0, L), slice(0, L // 2), slice(L // 2, L)
+    steps = []
+    for i in range(C):
+        s = (c - i) % C
+        rows, cols, mask = _block(where[c], where[s], causal)
+        if split == "zigzag":  # load balancing: torch refuses it without the causal mask
+            assert causal and L % 2 == 0 and half > 0, "torch's load balancing needs the causal mask"
+            want = (whole, whole, True) if i == 0 else (whole, first, False) if i <= c else (second, whole, False)
+        elif causal:  # no load balancing: own block causal, earlier positions whole, later ones skipped
+            want = (whole, whole, True) if i == 0 else (whole, whole, False) if s < c else (None, None, False)
+        else:
+            want = (whole, whole, False)
+        vacuous = want[2] and rows is not None and rows.stop - rows.start == 1  # a 1 × 1 causal mask masks nothing
+        assert (rows, cols, mask) == want or vacuous and (rows, cols) == want[:2], (split, causal, c, i,
+                                                                                     (rows, cols, mask), want)
+        steps.append((s, rows, cols, mask))
+    return steps
+
+
+def _torch_merge(out, lse, out_i, lse_i, rows: slice, f):
+    """`_SDPAMerger._merge_one` (convert_to_f32): the running out (B, H, L, d_h) and lse (B, H, L), both acc, with
+    step i's out_i (fmt) and lse_i (acc) merged into their rows `rows` (torch's "partial": the second half). Each op
+    in acc, rounded: out − sigmoid(lse_i − lse)·(out − out_i); lse − logsigmoid(lse − lse_i), torch's CUDA kernels
+    sigmoid = 1 / (1 + exp(−d)) and log_sigmoid_forward = min(x, 0) − log1p(exp(−|x|)). New arrays."""
+    acc, ops = acc_dtype(f), arithmetic_of(f)
+    one, zero = acc(1), acc(0)
+    o_old, l_old = out[..., rows, :], lse[..., rows]
+    sig = one / (one + ops.exp(-(lse_i - l_old)))
+    t1 = o_old - out_i.astype(acc)
+    t2 = sig[..., None] * t1
+    x = l_old - lse_i
+    logsig = np.minimum(x, zero) - LOG1P[ops.name](ops.exp(-np.abs(x)))
+    out, lse = out.copy(), lse.copy()
+    out[..., rows, :] = o_old - t2
+    lse[..., rows] = l_old - logsig
+    return out, lse
+
+
+def _torch_forward(q, reps, where, c: int, causal: bool, split: str, fmt, block: int):
+    """Position c's attention output (B, H, L_r, d_h) in fmt and lse (B, H, L_r) in acc: its queries q against every
+    position's K/V `reps` [(K, V) (B, H, L_r, d_h), repeated to H heads], in torch's steps and merge."""
+    f = get_format(fmt)
+    acc = acc_dtype(f)
+    out = lse = None
+    for s, rows, cols, mask in _torch_steps(where, c, causal, split):
+        if rows is None:
+            continue
+        k, v = (a[..., cols, :] for a in reps[s])
+        out_i, (*_, lse_i) = flash_attention_forward(q[..., rows, :], k, v, f, block, mask)
+        if out is None:  # the first step (i = 0, every row): the merger keeps it (`.to(torch.float32)`)
+            out, lse = out_i.astype(acc), lse_i.astype(acc)
+        else:
+            out, lse = _torch_merge(out, lse, out_i, lse_i.astype(acc), rows, f)
+    return cast(out, f), lse
+
+
+def _torch_backward(dos, qs, os, lses, reps, where, causal: bool, split: str, fmt, block: int, n_rep: int) -> list:
+    """Every position's (dQ (B, H, L_r, d_h), dK, dV (B, G, L_r, d_h)) in fmt, as `_templated_ring_attention_backward`
+    makes them: each step's flash backward against the merged O and lse; dQ summed in acc from zeros in step order;
+    dK/dV of position s summed in acc from zeros over the ranks s, s + 1, ..., s + C − 1 (rank r adds at its step
+    (r − s) mod C, on the key rows it attended: the first half under load balancing where i ≤ r; a skipped step adds
+    zeros), cast to fmt, then repeat_kv's backward (the groups of n_rep summed in acc, rounded once)."""
+    f = get_format(fmt)
+    acc, C = acc_dtype(f), len(where)
+    dq = [np.zeros(q.shape, acc) for q in qs]
+    parts = {}  # (rank r, source s) -> (key rows, dK_, dV_) in fmt at H heads, or None: skipped (fp32 zeros)
+    for c in range(C):
+        for s, rows, cols, mask in _torch_steps(where, c, causal, split):
+            if rows is None:
+                parts[(c, s)] = None
+                dq[c] = dq[c] + np.zeros(dq[c].shape, acc)  # the SKIP branch's zeros, added as torch adds them
+                continue
+            k, v = (a[..., cols, :] for a in reps[s])
+            dq_, dk_, dv_ = flash_attention_backward(dos[c][..., rows, :], (qs[c][..., rows, :], k, v,
+                                                                            os[c][..., rows, :], lses[c][..., rows]),
+                                                     f, block, mask)
+            dq[c][..., rows, :] = dq[c][..., rows, :] + dq_.astype(acc)
+            parts[(c, s)] = (cols, dk_, dv_)
+    made = []
+    for c in range(C):
+        bufs = [np.zeros(a.shape, acc) for a in reps[c]]
+        for r in (c + j for j in range(C)):  # rank s, s + 1, ..., s + C − 1 (s = c), as the sum travels
+            got = parts[(r % C, c)]
+            for buf, j in zip(bufs, (1, 2)):
+                if got is None:
+                    buf += np.zeros(buf.shape, acc)
+                else:
+                    buf[..., got[0], :] = buf[..., got[0], :] + got[j].astype(acc)
+        dk, dv = (repeat_kv_backward(cast(b, f), n_rep, f) for b in bufs)
+        made.append((cast(dq[c], f), dk, dv))
+    return made
+
+
+def _torch_attention(qs, ks, vs, dos, where, causal: bool, split: str, fmt, block: int) -> list:
+    """The style "torch" on plain arrays, for checking it alone: per position (O, lse, dQ, dK, dV) from its Q (B, H,
+    L_r, d_h), K, V (B, G, L_r, d_h) and dO, `where` its tokens' sequence positions (`_positions`)."""
+    n_rep = qs[0].shape[1] // ks[0].shape[1]
+    reps = [(repeat_kv(k, n_rep), repeat_kv(v, n_rep)) for k, v in zip(ks, vs)]
+    fwd = [_torch_forward(q, reps, where, c, causal, split, fmt, block) for c, q in enumerate(qs)]
+    bwd = _torch_backward(dos, qs, [o for o, _ in fwd], [lse for _, lse in fwd], reps, where, causal, split, fmt,
+                          block, n_rep)
+    return [(o, lse, dq, dk, dv) for (o, lse), (dq, dk, dv) in zip(fwd, bwd)]

@@ -25,7 +25,7 @@ _NAMES = {
         "MODES", "attention_backward", "attention_flops", "attention_forward", "check_heads", "check_mode",
         "merge_heads", "softmax_backward", "softmax_forward", "split_heads",
     ),
-    "._attention_merge": ("accumulate", "correct_out", "merge_lse", "merge_sigmoid"),
+    "._attention_merge": ("LOG1P", "accumulate", "correct_out", "merge_lse", "merge_sigmoid"),
     "._basic": (
         "GELU", "Layer", "Linear", "ReLU", "acc_dtype", "gelu_backward", "gelu_forward", "linear_backward",
         "linear_forward", "relu_backward", "relu_forward", "rounded", "written_into",

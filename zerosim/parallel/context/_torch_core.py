@@ -19,8 +19,10 @@ p a rank's position, i the step, s = (p − i) mod C whose K/V step i attends to
                               (repeat_kv's backward), and rounds dQ
 
 Every add starts from fp32 zeros or from what arrived, as torch's `zeros_like` and `+=` do (so −0 becomes +0); a
-skipped step (contiguous, s > p: torch's SKIP) adds zeros. The hops save nothing: the output end keeps Q, O, the lse
-and the rank's own repeated K/V.
+skipped step (contiguous, s > p: torch's SKIP) adds zeros. "fp32" is the compute format's accumulator (acc_dtype):
+under fp64 compute zerosim keeps float64, where torch's convert_to_f32 would narrow a float64 run's sums to fp32
+(its flash kernels take no float64: a float64 run takes another SDPA backend). The hops save nothing: the output
+end keeps Q, O, the lse and the rank's own repeated K/V.
 """
 
 from __future__ import annotations
