@@ -470,6 +470,9 @@ assert replayed["output"] == [1.015625] and replayed["single_pass"] == [1.007812
 '''),
         ('rng = np.random.default_rng(0)', '''\
 assert means == sorted(means)  # each further hop adds a rounding of the running output
+# torch's fp32 running output: closer to the exact attention than TE's bf16 one at every C, and the gap widens
+assert all(t < r for t, r in zip(torch_means, means[1:]))
+assert means[-1] - torch_means[-1] > means[1] - torch_means[0]
 '''),
     ],
     '17_pipeline_parallel.ipynb': [

@@ -88,13 +88,25 @@ def test_the_published_rows_are_the_predictions(tmp_path):
     reserved = set()
     for fsdp, cp, seq, published, predicted, error in rows:
         assert int(fsdp) * int(cp) == 8 and int(seq.replace(",", "")) == 32768 * int(cp)
+        style = ("--cp-style", "torch") if cp != "1" else ()  # torchtitan's CP is torch's own, as the page types
         r = json.loads(zerosim("timeline", "--config", str(path), "--ranks", "8", "--gpus-per-node", "8", "--cp", cp,
-                               "--seq-len", seq.replace(",", ""), "--batch", "1", "--checkpoint", "block-flash",
-                               "--comm", "fsdp", "--gpu", "h100-hbm2e", "--precision", "bf16-mixed", "--kernels",
-                               "fused", "--fp8-gemms", "--json"))
+                               *style, "--seq-len", seq.replace(",", ""), "--batch", "1", "--checkpoint",
+                               "block-flash", "--comm", "fsdp", "--gpu", "h100-hbm2e", "--precision", "bf16-mixed",
+                               "--kernels", "fused", "--fp8-gemms", "--json"))
         assert f"{r['tokens_per_s_per_gpu']:,.0f}" == predicted
         published = int(published.replace(",", ""))  # torchtitan's Table 2, as the page copies it
         assert f"{100 * (r['tokens_per_s_per_gpu'] / published - 1):+.0f}".replace("-", "−") == error
         reserved.add(r["fit"]["reserved"])
+    # before torch's style, the ring's: the page quotes them
+    ring = [json.loads(zerosim("timeline", "--config", str(path), "--ranks", "8", "--gpus-per-node", "8", "--cp",
+                               cp, "--seq-len", seq.replace(",", ""), "--batch", "1", "--checkpoint", "block-flash",
+                               "--comm", "fsdp", "--gpu", "h100-hbm2e", "--precision", "bf16-mixed", "--kernels",
+                               "fused", "--fp8-gemms", "--json"))["tokens_per_s_per_gpu"]
+            for _, cp, seq, *_ in rows[1:]]
+    published = [int(p.replace(",", "")) for *_, p, _, _ in rows[1:]]
+    was = ", ".join(f"{t:,.0f}" for t in ring[:-1]) + f" and {ring[-1]:,.0f} tokens/s, " + ", ".join(
+        f"{100 * (t / p - 1):+.0f}".replace("-", "−") for t, p in zip(ring[:-1], published)) + \
+        f" and {100 * (ring[-1] / published[-1] - 1):+.0f} %".replace("-", "−")
+    assert f"the rows ran Transformer Engine's ring: {was}" in " ".join(PAGE.split()), was
     (gib,) = quoted(r"zerosim's ledger \*\*([\d.]+) GiB\*\* with the allocator's reserve")
     assert {f"{x / 2**30:.1f}" for x in reserved} == {gib}  # the same at every CP degree: 32,768 tokens a GPU

@@ -33,6 +33,8 @@ def test_the_4d_rows_are_typed_in_as_published_and_held_out():
             "held-out", 512, 8, 8, cp, seq, tps, mem)
         assert 512 // (p.tp * p.pp * p.cp) == 8 // cp  # the row's FSDP degree
         assert p.micro_batch * p.accumulation == 8  # local batch 8: the pp degree's 8 micro-batches of one sequence
+        # torchtitan 9dec370 runs torch's context_parallel (context_parallel_rotate_method "allgather", head-tail)
+        assert (p.cp_style, p.cp_split) == ("torch", "zigzag")
     llama = BY_KEY["llama3-h100-16k-405b-cp16"]
     # Table 4's row: 16,384 GPUs, TP 8, CP 16, PP 16, 131,072 tokens, 16 sequences a data-parallel rank, 380 TFLOPs
     assert (llama.role, llama.gpus, llama.tp, llama.cp, llama.pp, llama.seq_len) == (

@@ -125,7 +125,7 @@ class Point:
     virtual_stages: int | None = None  # with pp > 1: stages a rank (None: the schedule's default)
     pp_split: str = "torchtitan"  # with pp > 1: where the layers are cut (parallel/pipeline RULES)
     cp: int = 1  # context parallelism's degree: each GPU L / cp tokens of every sequence (parallel/context)
-    cp_style: str = "ring"  # with cp > 1: "ring" (Transformer Engine's p2p) or "allgather" (the Llama 3 paper's)
+    cp_style: str = "ring"  # with cp > 1: "ring" (TE's p2p), "allgather" (the Llama 3 paper's) or "torch" (torch's)
     cp_split: str = "zigzag"  # with cp > 1: the load-balanced 2·cp chunks (torch's, TE's, the Llama 3 paper's)
     # the model TFLOP/s per GPU the source publishes where it gives no tokens per second (the Llama 3 paper): the
     # measured tokens/s are then these over the one FLOPs count (costs/_throughput.py model_flops_per_token)
@@ -248,17 +248,19 @@ POINTS = (
 # typed in before its prediction was first computed; not in POINTS (issue 36's table and its targets), run by name
 # (`zerosim validate --only KEY`). torchtitan's Table 6: each data-parallel rank's local batch 8 = 8 micro-batches of
 # one sequence (pipeline_parallel_microbatches unset: the pp degree, as in Table 5), CP on the FSDP mesh, sequence
-# parallelism beside TP as in Table 5 (sp=True since 2026-11-29, once zerosim ran it beside CP); zerosim runs
-# Transformer Engine's ring where torch's context_parallel all-gathers K/V and merges in fp32 (docs/context-
-# parallelism.md, as for Table 2's rows)
+# parallelism beside TP as in Table 5 (sp=True since 2026-11-29, once zerosim ran it beside CP); torch's own
+# context_parallel as torchtitan 9dec370 runs it (cp_style="torch" since 2026-11-29, once zerosim ran it: K/V at
+# every query head all-gathered, merged in fp32, dK/dV sums sent round in fp32; Transformer Engine's ring before)
 _4D_NOTE = ("as Table 5's rows (async TP as zerosim's bound; SequenceParallel beside TP, here beside CP too, added "
             "after the rows' errors were seen: docs/validation.md item 10; Float8's FSDP all-gather not modelled "
             "beside TP and PP, taken as off; FSDP2 beside PP keeps the stage gathered over the step); torch's "
-            "context_parallel taken as Transformer Engine's ring (zigzag split)")
+            "context_parallel as torchtitan runs it (all-gather, head-tail split), added after the rows' errors "
+            "were seen: docs/validation.md item 11")
 LONG_CONTEXT = tuple(
     Point(f"tt-h100-512-405b-4d-cp{cp}", "held-out", f"{TT_4D}, row 'FSDP {8 // cp}, CP {cp} | {32768 * cp}'",
           "llama-3.1-405b", "h100-hbm2e", 512, 8, ("nvlink4", "ib_ndr"), 1, 32768 * cp, 8, "block-flash", "compiled",
-          tps, mem, fp8=True, tp=8, sp=True, async_tp=True, pp=8, pp_schedule="1f1b", cp=cp, note=_4D_NOTE)
+          tps, mem, fp8=True, tp=8, sp=True, async_tp=True, pp=8, pp_schedule="1f1b", cp=cp, cp_style="torch",
+          note=_4D_NOTE)
     for cp, tps, mem in ((1, 76, 75.3), (2, 47, 75.9), (4, 31, 77.1), (8, 16, 84.9))
 ) + (
     # the Llama 3 paper's 128k stage. Its row says DP 4, but its 16,384 GPUs and 16M tokens a batch both need DP 8
