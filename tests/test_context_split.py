@@ -137,7 +137,9 @@ def test_beside_sequence_parallelism_each_ranks_tokens_must_split_over_tp_too(sp
     (lambda: ContextParallel(flash_gpt(), cp=2, style="p2p"), ValueError, r"style must be one of \('ring', "),
     (lambda: ContextParallel(flash_gpt(), cp=2, split="round-robin"), ValueError, r"split must be one of"),
     (lambda: ContextParallel(flash_gpt(checkpoint="op-sac"), cp=2), ValueError, "op-sac"),
-], ids=["standard attention", "cp 0", "style", "split", "op-sac"])
+    (lambda: ContextParallel(flash_gpt(), cp=2, style="torch", causal=False), ValueError,
+     "style 'torch' with split 'zigzag' needs causal attention"),  # torch: "Load balancing requires is_causal=True"
+], ids=["standard attention", "cp 0", "style", "split", "op-sac", "torch's balancing unmasked"])
 def test_what_the_frameworks_refuse_is_refused(make, error, match):
     with pytest.raises(error, match=match):
         make()
