@@ -36,7 +36,7 @@ def exact_attention(q, k, v, causal):
     return P @ v, P
 
 
-def ring_error_bound(q, k, v, fmt, hops: int, tiles: int, causal: bool, acc: float = U32):
+def ring_error_bound(q, k, v, fmt, hops: int, tiles: int, causal: bool, acc: float = U32, style: str = "ring"):
     """A first-order bound on |O − O64| for every rank's rows, ring or all-gather, after the flash bound of
     tests/test_transformer_layers.py (`attention_error_bound`), with the ring's own terms:
 
@@ -51,6 +51,12 @@ def ring_error_bound(q, k, v, fmt, hops: int, tiles: int, causal: bool, acc: flo
                Σ_i W_i Σ_{j∈i} P_{j|i}|v_j| = P|V|, the global softmax against |V|
 
       |O − O64| <= 1.1 · (ε_P + γ_{L+1} + (C + 1) u + ε_W + acc) · P|V|
+
+    torch's own (`style` "torch": _torch_core.py) keeps the running output in acc: merge i forms (1 − σ)·out +
+    σ·out_i as out − σ·(out − out_i), three roundings in acc of terms no larger than the two it mixes, each then
+    weighted by what the later merges leave it, so over C − 1 merges 3 C acc of P|V|; σ = sigmoid(lse_i − lse) errs
+    as the weight e^(lse_i − lse) does (its exp, add and divide: ε_W's terms); the output is rounded to fmt once: 2 u
+    for TE's (C + 1) u (out_i's own rounding is ε_P's).
 
     u is fmt's unit roundoff, C = `hops` (1 for the all-gather: no merge), T = `tiles` (the most a row's keys cross);
     float64 runs pass acc = u = 2⁻⁵³. Products of error terms are dropped; every ε is below 0.1, so 1.1 covers them.
@@ -67,7 +73,8 @@ def ring_error_bound(q, k, v, fmt, hops: int, tiles: int, causal: bool, acc: flo
     lam = np.abs(np.where(P > 0, S, 0)).max(-1, keepdims=True) + math.log(L) + 1
     eps_p = np.expm1(2 * delta) + gamma(L + 4, acc) + u + 4 * tiles * acc
     eps_w = np.expm1(2 * delta + 2 * gamma(L + 4, acc) + (4 * hops + 4) * acc * lam) + 2 * acc
-    return O, 1.1 * (eps_p + gamma(L + 1, acc) + (hops + 1) * u + eps_w + acc) * (P @ np.abs(v64))
+    out = 2 * u + 3 * hops * acc if style == "torch" else (hops + 1) * u  # the output's own roundings
+    return O, 1.1 * (eps_p + gamma(L + 1, acc) + out + eps_w + acc) * (P @ np.abs(v64))
 
 
 def shards(x, split, C):
@@ -88,8 +95,14 @@ def run(q, k, v, C, style, split, causal, fmt, block):
     return whole(o, split)
 
 
-CASES = [(C, style, split, causal) for C in (1, 2, 4) for style in ("ring", "allgather")
-         for split in ("contiguous", "zigzag") for causal in (True, False)]
+CASES = [(C, style, split, causal) for C in (1, 2, 4) for style in ("ring", "allgather", "torch")
+         for split in ("contiguous", "zigzag") for causal in (True, False)
+         if not (style == "torch" and split == "zigzag" and not causal)]  # torch balances causal attention only
+
+
+def hops_of(style: str, C: int) -> int:
+    """The merges a row's output passes through: C for the ring's styles, none for the all-gather."""
+    return 1 if style == "allgather" else C
 
 
 @pytest.mark.parametrize("fmt", ["fp32", "fp16", "bf16"])
@@ -100,7 +113,7 @@ def test_ring_attention_is_within_the_derived_bound_of_float64(fmt):
     k, v = (cast(rng.standard_normal((2, 2, L, 8)), fmt) for _ in range(2))  # GQA: two query heads a K/V head
     worst = 0.0
     for C, style, split, causal in CASES:
-        exact, bound = ring_error_bound(q, k, v, fmt, C if style == "ring" else 1, math.ceil(L / block), causal)
+        exact, bound = ring_error_bound(q, k, v, fmt, hops_of(style, C), math.ceil(L / block), causal, style=style)
         err = np.abs(run(q, k, v, C, style, split, causal, fmt, block).astype(np.float64) - exact)
         assert np.all(err <= bound), (C, style, split, causal, float(np.max(err / bound)))
         worst = max(worst, float(np.max(err / bound)))
@@ -131,3 +144,25 @@ def test_a_merge_done_wrong_lands_outside_the_bound(monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(core, "correct_out", wrong)
             assert np.any(np.abs(run(q, k, v, 4, "ring", "zigzag", True, "fp32", 3) - exact) > bound)
+
+
+def test_torchs_merge_done_wrong_lands_outside_its_bound(monkeypatch):
+    """torch's style's bound has teeth too: its merge weighting the new block by 1 − σ in place of σ (the sigmoid's
+    argument turned) leaves it."""
+    import zerosim.parallel.context._torch_core as torch_core
+    from zerosim.models.layers import merge_sigmoid
+
+    def turned(out, lse, out_step, lse_step, f, rows=slice(None)):
+        if out is None:
+            return merge_sigmoid(out, lse, out_step, lse_step, f, rows)
+        flipped = lse.copy()
+        flipped[..., rows] = 2 * lse_step - lse[..., rows]  # sigmoid(lse − lse_i) in place of sigmoid(lse_i − lse)
+        return merge_sigmoid(out, flipped, out_step, lse_step, f, rows)
+
+    rng = np.random.default_rng(3)
+    q, k, v = (cast(rng.standard_normal((1, 2, 8, 4)), "fp32") for _ in range(3))
+    exact, bound = ring_error_bound(q, k, v, "fp32", 4, 3, True, style="torch")
+    assert np.all(np.abs(run(q, k, v, 4, "torch", "zigzag", True, "fp32", 3) - exact) <= bound)
+    with monkeypatch.context() as m:
+        m.setattr(torch_core, "merge_sigmoid", turned)
+        assert np.any(np.abs(run(q, k, v, 4, "torch", "zigzag", True, "fp32", 3) - exact) > bound)
