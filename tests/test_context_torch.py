@@ -194,3 +194,26 @@ def test_step_one_waits_for_the_all_gather_and_each_sum_for_the_next_steps_atten
         assert calls[sent].tag.startswith(f"block1.attn.hop{C - i}:")
         assert comm[sent].start < units[i].end and comm[sent].end > units[i].start  # beside step i's attention
     assert sums(units[-1]) == ["block1.attn.hop1", "block1.attn.hop0"]  # the QKV end: the last two, the own last
+
+
+@pytest.mark.slow  # Llama 3 8B's memory at 8,192 tokens over CP 4 on the meta backend, four stages: ~3 s
+def test_memory_sends_and_keeps_what_torch_does_by_hand():
+    """`zerosim memory --cp-style torch`: the trace's bytes equal the hand's (ZeRO's and torch's K/V at every query
+    head, analysis/reports cp_sent) at the stages that gather nothing, each block keeps its K and V at the 32 query
+    heads, and the legend says what torch sends."""
+    import json
+    import subprocess
+    import sys
+
+    argv = ["memory", "--model", "llama-3-8b", "--ranks", "8", "--cp", "4", "--cp-style", "torch", "--seq-len",
+            "8192", "--batch", "1", "--checkpoint", "block-flash", "--precision", "bf16-mixed"]
+    run = [sys.executable, "-m", "zerosim.cli.main"]
+    r = json.loads(subprocess.run(run + argv + ["--json"], capture_output=True, text=True, check=True).stdout)
+    assert r["context_parallel"]["style"] == "torch"
+    for row in r["stages"]:
+        if row["stage"] < 3:
+            assert row["sent"] == row["sent_formula"], row["stage"]
+    assert r["activations"]["per_block"]["attn.out.K"] == 32 * 2048 * 128 * 2  # H heads, L / C tokens, bf16
+    text = " ".join(subprocess.run(run + argv, capture_output=True, text=True, check=True).stdout.split())
+    assert "torch's own: 2·B·H·L/C·d_h, K and V at every query head" in text
+    assert "K and V in attn.out are SDPA's inputs, the rank's own pair at every query head" in text

@@ -16,6 +16,14 @@ from zerosim.cli.tensor_format import tp_activation_lines
 from zerosim.prose import wrap
 
 
+CP_SENT = {  # --cp-style -> what a CP rank sends, by hand (analysis/reports/_context.py)
+    "ring": "(2·B·G·L/C·d_h each way per message)",
+    "allgather": "(2·B·G·L/C·d_h, K and V, gathered and their gradients reduce-scattered)",
+    "torch": "(torch's own: 2·B·H·L/C·d_h, K and V at every query head, all-gathered each pass; backward C sends "
+             "of their fp32 gradients' sums)",
+}
+
+
 def format_report(r: dict) -> str:
     """The whole report as a newcomer reads it (what `zerosim memory` prints): the header, the table by stage and
     kind, what the table's columns mean, ZeRO++'s wire, the activations, the configs' keys, the verdict against a GPU
@@ -37,9 +45,9 @@ def format_report(r: dict) -> str:
         "The words: docs/glossary.md (params, grads, grad32, master, optim:*, activations).",
     ] if tp is None and cp is None else [
         "",
-        "peak: the most one rank held at once during the step. sent: bytes one rank put on the wire in the step",
-        "(trace), beside the formula: ZeRO's 2Ψ or 3Ψ times (N−1)/N, plus the K/V's round the CP group (2·B·G·L/C·d_h",
-        "each way per message; zerosim.analysis.reports, cp_sent).",
+        *wrap("peak: the most one rank held at once during the step. sent: bytes one rank put on the wire in the "
+              "step (trace), beside the formula: ZeRO's 2Ψ or 3Ψ times (N−1)/N, plus the K/V's round the CP group "
+              + CP_SENT[cp["style"]] + " (zerosim.analysis.reports, cp_sent)."),
         "The words: docs/glossary.md (params, grads, grad32, master, optim:*, activations).",
     ] if tp is None else [
         "",
