@@ -217,3 +217,29 @@ def test_memory_sends_and_keeps_what_torch_does_by_hand():
     text = " ".join(subprocess.run(run + argv, capture_output=True, text=True, check=True).stdout.split())
     assert "torch's own: 2·B·H·L/C·d_h, K and V at every query head" in text
     assert "K and V in attn.out are SDPA's inputs, the rank's own pair at every query head" in text
+
+
+@pytest.mark.slow  # a plan of Llama 3 8B beside CP 2 and its two commands run as printed: ~5 s
+def test_plan_names_the_style_and_its_commands_reproduce_the_top_row():
+    """`zerosim plan --cp-style torch`: the legend names the style, and the two printed commands (memory, timeline)
+    carry it and measure the top row's peak and step."""
+    import json
+    import subprocess
+    import sys
+
+    def zerosim(*argv):
+        out = subprocess.run([sys.executable, "-m", "zerosim.cli.main", *argv], capture_output=True, text=True,
+                             check=True)
+        return out.stdout
+
+    argv = ("plan", "--model", "llama-3-8b", "--gpus", "8", "--gpu", "h100-80gb", "--seq-len", "8192",
+            "--global-batch", "8", "--cp", "2", "--cp-style", "torch", "--stages", "3", "--strategies", "flash",
+            "--micro-batches", "1")
+    assert "CP: the context-parallel degree (torch, zigzag split)" in " ".join(zerosim(*argv).split())
+    plan = json.loads(zerosim(*argv, "--json"))
+    top, (memory_cmd, timeline_cmd) = plan["fitting"][0], plan["reproduce"]
+    assert "--cp-style torch" in memory_cmd and "--cp-style torch" in timeline_cmd
+    memory = json.loads(zerosim(*memory_cmd.split()[1:], "--json"))
+    assert next(x for x in memory["stages"] if x["stage"] == 3)["peak"] == top["peak"]
+    timeline = json.loads(zerosim(*timeline_cmd.split()[1:], "--json"))
+    assert timeline["step_s"] == pytest.approx(top["step_s"], rel=1e-9)

@@ -84,9 +84,11 @@ def _legend(r: dict, tp: bool, cp: bool, pp: bool) -> list:
     top = r["fitting"][0]
     shared = ("TP group's" if tp else "CP group's") + " GPUs share theirs" + (
         "" if tp else ", each its L / CP tokens of every sequence")
-    degrees = ("TP, CP: the tensor- and context-parallel degrees, the data-parallel degree is GPUs / (TP · CP)."
+    s = r["settings"]
+    how = f" ({s['cp_style']}, {s['cp_split']} split)" if cp else ""  # --cp-style, --cp-split
+    degrees = (f"TP, CP: the tensor- and context-parallel degrees{how}, the data-parallel degree is GPUs / (TP · CP)."
                if tp and cp else "TP: the tensor-parallel degree, the data-parallel degree is GPUs / TP." if tp
-               else "CP: the context-parallel degree, the data-parallel degree is GPUs / CP.")
+               else f"CP: the context-parallel degree{how}, the data-parallel degree is GPUs / CP.")
     paragraphs = [
         "W, G, OS: params, grads, optimizer states with the fp32 master; grad32: the fp32 gradient of the step (a "
         "shard; the whole at stage 0); activ.: saved for backward (docs/glossary.md).",
