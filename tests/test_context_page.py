@@ -33,6 +33,9 @@ def test_the_merge_and_the_split_are_the_runs():
                        r"\*\*([\d.]+)\*\*")
     r = cp_replay("bf16-mixed")
     assert (r["output"][0], r["single_pass"][0], r["nearest"][0]) == (float(ring), float(one), float(one))
+    running, rounded = quoted(r"its fp32 running output\s+\*\*([\d.]+)\*\* is rounded once, to \*\*([\d.]+)\*\*")
+    torch = cp_replay("bf16-mixed", "torch")
+    assert (f"{torch['running']:.9g}", torch["output"][0]) == (running, float(rounded))
     (times,) = quoted(r"the last GPU computes \*\*(\d+)\*\* times the first's query-key pairs")
     pairs = [sum(block_work(block_shapes("ring", "contiguous", True, 4, p, j, 8)) for j in range(4)) for p in (0, 3)]
     assert pairs[1] / pairs[0] == int(times)

@@ -243,3 +243,23 @@ def test_plan_names_the_style_and_its_commands_reproduce_the_top_row():
     assert next(x for x in memory["stages"] if x["stage"] == 3)["peak"] == top["peak"]
     timeline = json.loads(zerosim(*timeline_cmd.split()[1:], "--json"))
     assert timeline["step_s"] == pytest.approx(top["step_s"], rel=1e-9)
+
+
+def test_the_replay_tells_torchs_merge_by_hand():
+    """`zerosim replay --cp 2 --cp-style torch`: GPU 1's query (q = 1) over its own key (score 0, value 1) and GPU 0's
+    (score 1, value 1.015625), bf16. By hand in float64: the exact output is (e·1.015625 + 1)/(e + 1) = 1.0114228,
+    which lies below bf16's midpoint 1.01171875 between 1.0078125 and 1.015625; torch's fp32 running output is
+    1 + σ(1)·2⁻⁶ within an fp32 ulp of it (σ(1) = 1/(1 + e⁻¹) = 0.7310586), and its one rounding gives 1.0078125,
+    one pass's answer, where Transformer Engine's ring, storing the first term in bf16, gives 1.015625."""
+    from zerosim.replay import cp_replay, narrate_cp
+
+    r = cp_replay("bf16-mixed", "torch")
+    e = math.e
+    exact = (e * 1.015625 + 1) / (e + 1)
+    assert abs(r["sigmoid"] - 1 / (1 + math.exp(-1))) < 2.0**-24
+    assert abs(r["running"] - exact) <= 2.0**-23  # one fp32 ulp at 1
+    assert r["output"] == r["single_pass"] == [1.0078125] and r["ring_output"] == [1.015625]
+    assert r["message"]["collective"] == "all_gather" and r["message"]["bytes"] == 4  # K then V, one bf16 each
+    assert "rounded once: bf16(1.01142275) = 1.0078125" in narrate_cp(r)
+    with pytest.raises(ValueError, match="the all-gather merges nothing"):
+        cp_replay("bf16-mixed", "allgather")

@@ -21,6 +21,7 @@ COMMANDS = [
     "replay --mesh 2x2",
     "replay --tp 2",
     "replay --cp 2",
+    "replay --cp 2 --cp-style torch",
     "replay --pp 2",
     f"memory {LLAMA} --gpu h100-80gb",  # the estimates, the activations by name, the config's keys
     f"memory {LLAMA} --tp 2 --gpu h100-80gb",

@@ -50,11 +50,15 @@ def add_arguments(p) -> None:
     p.add_argument("--cp", type=int, default=None, metavar="2",
                    help="tell one hop of ring attention over 2 GPUs: the keys and values sent, each hop's output and "
                         "log-sum-exp, and the online softmax's merge, number by number (context parallelism)")
+    p.add_argument("--cp-style", choices=("ring", "torch"), default=None,
+                   help="with --cp 2: ring (Transformer Engine's merge, the running output in the compute format; the "
+                        "default) or torch (torch's own context_parallel: the running output in fp32, rounded once)")
 
 
 # Every flag of the article's replay a narrow replay (--mesh, --tp, --pp, --cp) may find beside its own, and how to
 # tell it was given (the defaults are the article's one step: stage 1, checkpointing, no loss scale)
 _GIVEN = {"--tp": lambda a: a.tp is not None, "--cp": lambda a: a.cp is not None, "--pp": lambda a: a.pp is not None,
+          "--cp-style": lambda a: a.cp_style is not None,
           "--mesh": lambda a: a.mesh is not None, "--strategy": lambda a: a.strategy is not None,
           "--lr": lambda a: a.lr is not None,
           "--stage": lambda a: a.stage != 1, "--steps": lambda a: a.steps != 1,
@@ -115,8 +119,9 @@ def _run_context(args) -> int:
 
     if args.cp != 2:
         raise ValueError(f"--cp replays one hop of ring attention over 2 GPUs: give --cp 2, got {args.cp}")
-    _alone(args, "--cp 2 replays one forward of ring attention", "--precision and --json", ("--cp",))
-    result = cp_replay(args.precision or "bf16-mixed")
+    _alone(args, "--cp 2 replays one forward of ring attention", "--cp-style, --precision and --json",
+           ("--cp", "--cp-style"))
+    result = cp_replay(args.precision or "bf16-mixed", args.cp_style or "ring")
     print(json.dumps(result, indent=1) if args.json else narrate_cp(result))
     return 0
 
@@ -141,6 +146,8 @@ def run(args) -> int:
         return _run_mesh(args)
     if args.strategy is not None:
         raise ValueError("--strategy chooses the strategy of --mesh's one step: add --mesh 2x2")
+    if args.cp_style is not None:
+        raise ValueError("--cp-style chooses whose merge --cp's one hop tells: add --cp 2")
     if not 1 <= args.steps <= MAX_STEPS:  # before anything runs (a long replay printed nothing for minutes)
         raise ValueError(f"--steps must be 1..{MAX_STEPS}, got {args.steps}: the replay narrates every step (about 10 "
                          "lines each, 60 with --exact); `zerosim train --steps N` trains for long")
