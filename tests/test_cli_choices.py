@@ -38,6 +38,11 @@ TABLES = {
     "MAX_REPLAY_STEPS": ("zerosim.replay", lambda m: m.MAX_STEPS),
     "SEED_LR": ("zerosim.replay", lambda m: m.SEED_LR),
     "EXERCISES": ("zerosim.teaching.exercises", lambda m: tuple(m.EXERCISES)),
+    "CP_STYLES": ("zerosim.parallel.context", lambda m: tuple(m.STYLES)),
+    "CP_SPLITS": ("zerosim.parallel.context", lambda m: ("zigzag",) + tuple(s for s in m.SPLITS if s != "zigzag")),
+    "REPLAY_CP_STYLES": ("zerosim.replay", lambda m: tuple(m.CP_STYLES)),
+    "PP_SCHEDULES": ("zerosim.parallel.pipeline", lambda m: tuple(m.SCHEDULES)),
+    "PP_SPLITS": ("zerosim.parallel.pipeline", lambda m: tuple(m.RULES)),
 }
 
 

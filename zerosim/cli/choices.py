@@ -50,3 +50,10 @@ MAX_REPLAY_STEPS = 1000
 SEED_LR = 0.1
 # zerosim.teaching.exercises: list(EXERCISES)
 EXERCISES = ("ring_chunk", "shard_offset", "stage2_free", "refresh_params", "average_dtype", "unscale_once")
+# zerosim.parallel.context: STYLES; SPLITS with the default (zigzag) first; zerosim.replay: the styles whose merge
+# `replay --cp` tells (CP_STYLES); zerosim.parallel.pipeline: SCHEDULES, RULES
+CP_STYLES = ("ring", "allgather", "torch")
+CP_SPLITS = ("zigzag", "contiguous")
+REPLAY_CP_STYLES = ("ring", "torch")
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zero-bubble")
+PP_SPLITS = ("torchtitan", "megatron")

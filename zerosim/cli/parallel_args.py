@@ -46,10 +46,8 @@ from __future__ import annotations
 from zerosim.cli import choices
 
 FRAMEWORK_LAYOUT = {"fsdp": "torchtitan"}  # --comm -> the TP layout of the framework that runs that schedule
-CP_STYLES = ("ring", "allgather", "torch")  # zerosim.parallel.context STYLES (the CLI imports no engine at parse time)
-CP_SPLITS = ("zigzag", "contiguous")  # zerosim.parallel.context SPLITS
-PP_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zero-bubble")  # zerosim.parallel.pipeline SCHEDULES
-PP_SPLITS = ("torchtitan", "megatron")  # zerosim.parallel.pipeline RULES
+CP_STYLES, CP_SPLITS = choices.CP_STYLES, choices.CP_SPLITS  # the library's tables (the CLI imports no engine at
+PP_SCHEDULES, PP_SPLITS = choices.PP_SCHEDULES, choices.PP_SPLITS  # parse time: tests/test_cli_choices.py)
 
 
 def add_parallel_arguments(p, several: bool = False, async_tp: bool = False) -> None:

@@ -50,7 +50,7 @@ def add_arguments(p) -> None:
     p.add_argument("--cp", type=int, default=None, metavar="2",
                    help="tell one hop of ring attention over 2 GPUs: the keys and values sent, each hop's output and "
                         "log-sum-exp, and the online softmax's merge, number by number (context parallelism)")
-    p.add_argument("--cp-style", choices=("ring", "torch"), default=None,
+    p.add_argument("--cp-style", choices=choices.REPLAY_CP_STYLES, default=None,
                    help="with --cp 2: ring (Transformer Engine's merge, the running output in the compute format; the "
                         "default) or torch (torch's own context_parallel: the running output in fp32, rounded once)")
 

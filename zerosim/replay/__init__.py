@@ -12,12 +12,12 @@ fp16 or bf16, with loss scaling) and the same four weights on a 2 × 2 mesh (HSD
                   micro-batches through 1F1B (PP)
 """
 
-from zerosim.replay._context import cp_replay, narrate_cp
+from zerosim.replay._context import CP_STYLES, cp_replay, narrate_cp
 from zerosim.replay._mesh import mesh_replay, narrate_mesh
 from zerosim.replay._pipeline import narrate_pipeline, pipeline_replay
 from zerosim.replay._run import MAX_STEPS, SEED_LR, replay, replay_live
 from zerosim.replay._tensor import narrate_tensor, tensor_replay
 from zerosim.replay._text import narrate
 
-__all__ = ["MAX_STEPS", "SEED_LR", "cp_replay", "mesh_replay", "narrate", "narrate_cp", "narrate_mesh",
+__all__ = ["CP_STYLES", "MAX_STEPS", "SEED_LR", "cp_replay", "mesh_replay", "narrate", "narrate_cp", "narrate_mesh",
            "narrate_pipeline", "narrate_tensor", "pipeline_replay", "replay", "replay_live", "tensor_replay"]

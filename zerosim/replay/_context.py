@@ -35,7 +35,7 @@ from zerosim.precision.arithmetic import arithmetic_of
 
 KEYS = (1.0, 0.0)  # token 0's key (GPU 0), token 1's (GPU 1): with q = 1, the scores
 VALUES = (1.015625, 1.0)  # their values: 1 + 2⁻⁶ and 1, two neighbours apart in bf16
-STYLES = ("ring", "torch")  # the styles that merge (parallel/context STYLES but the all-gather)
+CP_STYLES = ("ring", "torch")  # the styles that merge (parallel/context STYLES but the all-gather)
 
 
 def _f(x) -> list:
@@ -45,8 +45,8 @@ def _f(x) -> list:
 def cp_replay(precision: str = "bf16-mixed", style: str = "ring") -> dict:
     """One forward of ring attention over two GPUs (module docstring), `style` "ring" (Transformer Engine's) or
     "torch" (torch's own); every number the narration tells (JSON-ready)."""
-    if style not in STYLES:
-        raise ValueError(f"the replay tells one merge of the ring's styles {STYLES}, got {style!r} (the all-gather "
+    if style not in CP_STYLES:
+        raise ValueError(f"the replay tells one merge of the ring's styles {CP_STYLES}, got {style!r} (the all-gather "
                          "merges nothing: each query attends to every gathered key in one call)")
     if style == "torch":
         return _torch_replay(precision)
