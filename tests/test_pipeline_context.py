@@ -44,7 +44,7 @@ def test_a_stage_shards_its_states_over_dp_times_cp(cp, dp):
 
 
 @pytest.mark.parametrize("cp", [2, 4])
-@pytest.mark.parametrize("style", ["ring", "allgather"])
+@pytest.mark.parametrize("style", ["ring", "allgather", "torch"])
 def test_each_stage_keeps_the_sequence_shard(cp, style):
     """Every tensor a flash GPT layer keeps is per token (tests/test_context_memory.py), and the pipeline's stages
     hold the same micro-batches in flight (1F1B: P − r) with or without CP, so each pipeline rank's activations are
