@@ -51,8 +51,7 @@ def cp_replay(precision: str = "bf16-mixed", style: str = "ring") -> dict:
     if style == "torch":
         return _torch_replay(precision)
     fmt = get_precision(precision).compute_format
-    q = cast(np.ones((1, 1, 2, 1)), fmt)  # (B, H, L, d_h)
-    k, v = (cast(np.array(x, np.float64).reshape(1, 1, 2, 1), fmt) for x in (KEYS, VALUES))
+    q, k, v = _inputs(fmt)
     cluster, seen = Cluster(2, keep_values=True), {}
     o, lse = ring_attention(cluster, [q[:, :, :1], q[:, :, 1:]], [k[:, :, :1], k[:, :, 1:]],
                             [v[:, :, :1], v[:, :, 1:]], split="contiguous", fmt=fmt,
@@ -67,29 +66,44 @@ def cp_replay(precision: str = "bf16-mixed", style: str = "ring") -> dict:
     again = correct_out(first, out1, mine.lse, lse1, fmt)
     if not np.array_equal(again, o[1]):  # the narration's steps are the run's arithmetic
         raise AssertionError("the recomputed correction must give the ring's output")
-    whole, _ = flash_attention_forward(q, k, v, fmt)
-    s = np.array(KEYS)
-    exact = float(np.exp(s) @ np.array(VALUES) / np.exp(s).sum())
     return {
         "style": "ring", "precision": precision, "compute": fmt.name, "keys": list(KEYS), "values": _f(v),
-        "message": {"src": sent.src, "dst": sent.dst, "values": _f(sent.values), "bytes": sent.bytes,
-                    "tag": sent.tag},
+        "message": _message(sent), **_beside(q, k, v, fmt),
         "gpu0": {"out": _f(o[0]), "lse": _f(lse[0]), "hops": len(seen[1][0].steps)},
         "hops": [{"hop": 0, "key": KEYS[1], "value": VALUES[1], "out": _f(out0), "lse": _f(lse0)},
                  {"hop": 1, "key": KEYS[0], "value": VALUES[0], "out": _f(out1), "lse": _f(lse1)}],
         "lse": _f(mine.lse), "weights": [_f(x)[0] for x in w], "log1p_arg": _f(gap)[0],
         "first_product": _f(out0.astype(acc) * w[0]), "first_term": _f(first),
         "sum": _f(first.astype(acc) + out1.astype(acc) * w[1]), "output": _f(o[1]),
-        "single_pass": _f(whole[0, 0, 1]), "exact": exact, "nearest": _f(cast(np.array([exact]), fmt)),
     }
+
+
+def _inputs(fmt) -> tuple:
+    """q, K, V (B, H, L, d_h) = (1, 1, 2, 1) in fmt: q = 1 on both tokens, the keys and values of KEYS and VALUES."""
+    q = cast(np.ones((1, 1, 2, 1)), fmt)
+    k, v = (cast(np.array(x, np.float64).reshape(1, 1, 2, 1), fmt) for x in (KEYS, VALUES))
+    return q, k, v
+
+
+def _message(sent) -> dict:
+    """GPU 0's message to GPU 1, as the trace holds it."""
+    return {"src": sent.src, "dst": sent.dst, "values": _f(sent.values), "bytes": sent.bytes, "tag": sent.tag,
+            "collective": sent.collective}
+
+
+def _beside(q, k, v, fmt) -> dict:
+    """What a merge is told beside: one pass of flash attention over both keys, float64 and its nearest in fmt."""
+    whole, _ = flash_attention_forward(q, k, v, fmt)
+    s = np.array(KEYS)
+    exact = float(np.exp(s) @ np.array(VALUES) / np.exp(s).sum())
+    return {"single_pass": _f(whole[0, 0, 1]), "exact": exact, "nearest": _f(cast(np.array([exact]), fmt))}
 
 
 def _torch_replay(precision: str) -> dict:
     """The hop as torch's own runs it (module docstring): the run's output, its all-gather from the trace, each step
     and the merge recomputed with the same kernels (and checked to give the run's output to the bit)."""
     fmt = get_precision(precision).compute_format
-    q = cast(np.ones((1, 1, 2, 1)), fmt)
-    k, v = (cast(np.array(x, np.float64).reshape(1, 1, 2, 1), fmt) for x in (KEYS, VALUES))
+    q, k, v = _inputs(fmt)
     cluster = Cluster(2, keep_values=True)
     o, lse = ring_attention(cluster, [q[:, :, :1], q[:, :, 1:]], [k[:, :, :1], k[:, :, 1:]],
                             [v[:, :, :1], v[:, :, 1:]], style="torch", split="contiguous", fmt=fmt)
@@ -104,19 +118,14 @@ def _torch_replay(precision: str) -> dict:
         raise AssertionError("the recomputed merge must give torch's ring's output")
     one = acc.type(1)
     sigma = one / (one + ops.exp(-(lse1 - lse0)))  # sigmoid(lse_1 − lse), as merge_sigmoid forms it
-    whole, _ = flash_attention_forward(q, k, v, fmt)
-    s = np.array(KEYS)
-    exact = float(np.exp(s) @ np.array(VALUES) / np.exp(s).sum())
     return {
         "style": "torch", "precision": precision, "compute": fmt.name, "keys": list(KEYS), "values": _f(v),
-        "message": {"src": sent.src, "dst": sent.dst, "values": _f(sent.values), "bytes": sent.bytes,
-                    "tag": sent.tag, "collective": sent.collective},
+        "message": _message(sent), **_beside(q, k, v, fmt),
         "gpu0": {"out": _f(o[0]), "lse": _f(lse[0])},
         "hops": [{"hop": 0, "key": KEYS[1], "value": VALUES[1], "out": _f(out0), "lse": _f(lse0)},
                  {"hop": 1, "key": KEYS[0], "value": VALUES[0], "out": _f(out1), "lse": _f(lse1)}],
         "sigmoid": _f(sigma)[0], "difference": _f(first - out1.astype(acc))[0], "running": _f(merged)[0],
         "lse": _f(lse[1]), "output": _f(o[1]), "ring_output": cp_replay(precision)["output"],
-        "single_pass": _f(whole[0, 0, 1]), "exact": exact, "nearest": _f(cast(np.array([exact]), fmt)),
     }
 
 
