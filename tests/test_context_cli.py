@@ -193,7 +193,7 @@ def test_train_with_cp_cuts_each_data_parallel_ranks_sequences_over_its_cp_group
     (["train", "--model", "gpt", "--ranks", "4", "--cp", "2", "--length", "3", "--attention", "flash"],
      "--length 3 makes sequences of 6 tokens, and a sequence of 6 tokens does not split zigzag"),
     (["replay", "--cp-style", "torch"], "--cp-style chooses whose merge --cp's one hop tells: add --cp 2"),
-    (["replay", "--tp", "2", "--cp-style", "torch"], "it takes --precision and --json, not --cp, --pp, --cp-style"),
+    (["replay", "--tp", "2", "--cp-style", "torch"], "--cp-style chooses whose merge --cp's one hop tells"),
     (["replay", "--cp", "2", "--cp-style", "allgather"], "invalid choice: 'allgather'"),
 ], ids=["style without cp", "cp does not divide", "sp beside cp: L / C over tp", "not flash", "length",
         "eager kernels", "hsdp beside cp", "timeline without shape", "plan split without cp", "train not flash",

@@ -443,6 +443,13 @@ def check_cp_replay(out: str, page: str, project: Path) -> None:
     assert f"= {ring}\n" in out and f"One pass of flash attention over both keys: {one};" in out, out
 
 
+def check_cp_torch_replay(out: str, page: str, project: Path) -> None:
+    text = " ".join(page.split())
+    running, rounded = re.search(r"its fp32 running output \*\*([\d.]+)\*\* is rounded once, to \*\*([\d.]+)\*\*",
+                                 text).groups()
+    assert f"rounded once: bf16({running}) = {rounded}\n" in out, out
+
+
 def check_cp_train(out: str, page: str, project: Path) -> None:
     assert "4 ranks = cp 2 x dp 2 (ring, zigzag split)" in out.splitlines()[0], out
     assert "The GPT trains on 4 GPUs = cp 2 × dp 2" in " ".join(page.split())
@@ -553,7 +560,8 @@ CHECKS = [  # (a regular expression the command matches, its check; a check taki
     (r"zerosim plan --model llama-2-13b .*--offload-optimizer cpu,nvme", check_offload_plan),
     (r"zerosim train --stage 2 --offload-optimizer cpu --dpu 10", check_offload_train),
     (r"zerosim (diff|lint) .*#", check_said),
-    (r"zerosim replay --cp 2", check_cp_replay),
+    (r"zerosim replay --cp 2 +(#|$)", check_cp_replay),
+    (r"zerosim replay --cp 2 --cp-style torch", check_cp_torch_replay),
     (r"zerosim train --model gpt --attention flash --length 4 --cp 2", check_cp_train),
     (r"zerosim memory --model llama-3-8b --ranks 8 --cp 4", check_cp_memory),
     (r"zerosim memory --model llama-3-8b --ranks 8 --cp 2 --tp 2 --sp", check_cp_sp_memory),

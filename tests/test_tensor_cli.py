@@ -102,7 +102,7 @@ def test_plan_ranks_tp_degrees_with_the_stages():
     (["replay", "--tp", "2", "--lr", "0.2"],
      "it takes --precision and --json, not --cp, --pp, --mesh, --strategy, --lr"),
     (["replay", "--cp", "2", "--lr", "0.2"],
-     "it takes --precision and --json, not --tp, --pp, --mesh, --strategy, --lr"),
+     "it takes --cp-style, --precision and --json, not --tp, --pp, --mesh, --strategy, --lr"),
 ])
 def test_bad_tp_flags_are_clear_errors(argv, said):
     out = zerosim(*argv)

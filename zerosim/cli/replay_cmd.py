@@ -58,7 +58,6 @@ def add_arguments(p) -> None:
 # Every flag of the article's replay a narrow replay (--mesh, --tp, --pp, --cp) may find beside its own, and how to
 # tell it was given (the defaults are the article's one step: stage 1, checkpointing, no loss scale)
 _GIVEN = {"--tp": lambda a: a.tp is not None, "--cp": lambda a: a.cp is not None, "--pp": lambda a: a.pp is not None,
-          "--cp-style": lambda a: a.cp_style is not None,
           "--mesh": lambda a: a.mesh is not None, "--strategy": lambda a: a.strategy is not None,
           "--lr": lambda a: a.lr is not None,
           "--stage": lambda a: a.stage != 1, "--steps": lambda a: a.steps != 1,
@@ -119,8 +118,7 @@ def _run_context(args) -> int:
 
     if args.cp != 2:
         raise ValueError(f"--cp replays one hop of ring attention over 2 GPUs: give --cp 2, got {args.cp}")
-    _alone(args, "--cp 2 replays one forward of ring attention", "--cp-style, --precision and --json",
-           ("--cp", "--cp-style"))
+    _alone(args, "--cp 2 replays one forward of ring attention", "--cp-style, --precision and --json", ("--cp",))
     result = cp_replay(args.precision or "bf16-mixed", args.cp_style or "ring")
     print(json.dumps(result, indent=1) if args.json else narrate_cp(result))
     return 0
@@ -132,6 +130,8 @@ def run(args) -> int:
 
     if args.cp is not None:
         return _run_context(args)
+    if args.cp_style is not None:  # before any other replay runs: it belongs to --cp's alone
+        raise ValueError("--cp-style chooses whose merge --cp's one hop tells: add --cp 2")
     args.precision = args.precision or "fp16-mixed"
     if args.lr is not None and not (math.isfinite(args.lr) and args.lr >= 0):
         raise ValueError(f"--lr must be a finite number >= 0, got {args.lr}")
@@ -146,8 +146,6 @@ def run(args) -> int:
         return _run_mesh(args)
     if args.strategy is not None:
         raise ValueError("--strategy chooses the strategy of --mesh's one step: add --mesh 2x2")
-    if args.cp_style is not None:
-        raise ValueError("--cp-style chooses whose merge --cp's one hop tells: add --cp 2")
     if not 1 <= args.steps <= MAX_STEPS:  # before anything runs (a long replay printed nothing for minutes)
         raise ValueError(f"--steps must be 1..{MAX_STEPS}, got {args.steps}: the replay narrates every step (about 10 "
                          "lines each, 60 with --exact); `zerosim train --steps N` trains for long")
