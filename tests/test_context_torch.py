@@ -219,10 +219,10 @@ def test_memory_sends_and_keeps_what_torch_does_by_hand():
     assert "K and V in attn.out are SDPA's inputs, the rank's own pair at every query head" in text
 
 
-@pytest.mark.slow  # a plan of Llama 3 8B beside CP 2 and its two commands run as printed: ~5 s
+@pytest.mark.slow  # a plan of Llama 3 8B beside CP 2 and its memory command run as printed: ~2 s
 def test_plan_names_the_style_and_its_commands_reproduce_the_top_row():
     """`zerosim plan --cp-style torch`: the legend names the style, and the two printed commands (memory, timeline)
-    carry it and measure the top row's peak and step."""
+    carry it; the memory command measures the top row's peak."""
     import json
     import subprocess
     import sys
@@ -239,10 +239,8 @@ def test_plan_names_the_style_and_its_commands_reproduce_the_top_row():
     plan = json.loads(zerosim(*argv, "--json"))
     top, (memory_cmd, timeline_cmd) = plan["fitting"][0], plan["reproduce"]
     assert "--cp-style torch" in memory_cmd and "--cp-style torch" in timeline_cmd
-    memory = json.loads(zerosim(*memory_cmd.split()[1:], "--json"))
+    memory = json.loads(zerosim(*memory_cmd.split()[1:], "--json"))  # (the timeline's: tests/test_context_cli.py)
     assert next(x for x in memory["stages"] if x["stage"] == 3)["peak"] == top["peak"]
-    timeline = json.loads(zerosim(*timeline_cmd.split()[1:], "--json"))
-    assert timeline["step_s"] == pytest.approx(top["step_s"], rel=1e-9)
 
 
 def test_the_replay_tells_torchs_merge_by_hand():
