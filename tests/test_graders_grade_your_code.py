@@ -12,6 +12,8 @@ it earns every point: what the sandbox refuses is an answer that would otherwise
 Every test runs the real sandbox (a confined child per file): marked slow, each a few seconds.
 """
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -387,6 +389,32 @@ def test_the_ways_round_the_policy_are_closed(tmp_path, capfd):
     assert set(said) == set(BYPASSES), out
     assert not [name for name, how in said.items() if how in ("WORKED", "wrong")], said
     assert graded.passed, str(graded)
+
+
+def test_a_graders_bytecode_folder_opens_no_way_round(tmp_path, capfd, monkeypatch):
+    """A grader whose environment names a folder of compiled bytecode (PYTHONPYCACHEPREFIX) holding zerosim's
+    collectives: the ways round that go past the finder still find nothing to load. The child reads bytecode only
+    beside the sources, where the closed files are (sandbox/_run.py); with the grader's folder in its environment the
+    last two worked (seen 2026-11-29: the suite's own bytecode folder, tests/conftest.py)."""
+    folder = tmp_path / "bytecode"
+    collectives = Path(zerosim_root()) / "zerosim" / "collectives"
+    subprocess.run([sys.executable, "-X", f"pycache_prefix={folder}", "-m", "compileall", "-q", str(collectives)],
+                   check=True)
+    assert list(folder.rglob("_calls.*.pyc"))  # the grader's folder holds them
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(folder))
+    ways = {name: BYPASSES[name] for name in ("sys.modules and sys.meta_path emptied, then importlib",
+                                              "the policy patched to offer everything")}
+    graded = grade_file("ring_chunk", write(tmp_path, f"BYPASSES = {ways!r}\n" + PROBE), time_limit=3600)
+    said = dict(line.removeprefix("BYPASS ").split(": ", 1) for line in capfd.readouterr().out.splitlines()
+                if line.startswith("BYPASS"))
+    assert set(said) == set(ways) and not [how for how in said.values() if how in ("WORKED", "wrong")], said
+    assert graded.passed, str(graded)
+
+
+def zerosim_root() -> str:
+    import zerosim
+
+    return str(Path(zerosim.__file__).resolve().parent.parent)
 
 
 def test_the_lecturer_reads_that_a_submission_started_a_process(tmp_path):

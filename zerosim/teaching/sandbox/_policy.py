@@ -47,14 +47,19 @@ The ways round it a student could try, and what closes each:
   folders of those packages and every folder above zerosim's (a `dir_fd` from which to open them by a relative
   name), a relative name that climbs (`..`), and making links (a path that would lead there under another name).
   Files are told apart by device and inode, so no spelling of a path (symlinks, /proc/self/root/...) gets through.
+  Compiled bytecode is read only beside the sources (the child's environment has no PYTHONPYCACHEPREFIX: _run.py),
+  where the closed files are: a grader whose environment set one let a solution load zerosim's compiled modules from
+  that folder, past the finder, until 2026-11-29.
 - Finding the hook to change it: `gc.get_objects`, `gc.get_referrers` and `gc.get_referents` are refused; what the
   hook reads is held in its default arguments, and the builtins it calls were bound when it was made.
 
 What it does not close, said plainly (docs/how-to/teach-a-course.md repeats it for lecturers): a solution can start
 another process (`subprocess`, `os.system`) or call C through `ctypes`; neither is policed, so either can run or read
-zerosim's code. And a student can copy zerosim's source text into their file: the package is open source. Those are
-deliberate acts, visible in the file, like copying a classmate's; the course's academic-honesty policy covers them,
-and the grader's record (`noted()`: the processes a solution started) is in its feedback for the lecturer to read.
+zerosim's code. A solution can set `sys.pycache_prefix` itself, to a folder of zerosim's compiled bytecode that
+exists elsewhere on the machine. And a student can copy zerosim's source text into their file: the package is open
+source. Those are deliberate acts, visible in the file, like copying a classmate's; the course's academic-honesty
+policy covers them, and the grader's record (`noted()`: the processes a solution started) is in its feedback for the
+lecturer to read.
 """
 
 from __future__ import annotations

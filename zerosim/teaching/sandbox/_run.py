@@ -140,7 +140,11 @@ class Session:
         report_r, report_w = os.pipe()
         output_r, output_w = os.pipe()
         control_r, self.control = os.pipe()
-        env = {**os.environ, "TMPDIR": self.folder, "PYTHONDONTWRITEBYTECODE": "1"}
+        # bytecode only beside the sources, where the policy's closed files are (_policy.py `_closed_paths`): a
+        # PYTHONPYCACHEPREFIX of the grader's would let the child load zerosim's compiled modules from a folder the
+        # audit hook does not know, past the finder
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"}
+        env.update(TMPDIR=self.folder, PYTHONDONTWRITEBYTECODE="1")
         plan = {"path": self.path, "folder": self.folder, "report": report_w, "policy": self.policy.to_plan()}
         keeper_plan = {"child": [sys.executable, "-c", _CHILD, json.dumps(plan)], "report": report_w,
                        "output": output_w, "control": control_r, "folder": self.folder, "env": env}
