@@ -87,6 +87,23 @@ def test_a_commands_help_and_parsing_load_no_machinery(argv):
     assert len(ours) <= MOST_CLI_MODULES, ours
 
 
+# What the README's main job loads (issue 63): seed 004's ZeRO step and its narration, not the mesh's, TP's, CP's and
+# PP's replays and machinery (zerosim/replay's face is lazy), and no tqdm where no bar shows (its stdout and stderr are
+# pipes here: zerosim/progress.py hands the loop back as it is). Before: 195 of zerosim's modules, 118 after.
+NOT_IN_THE_REPLAY = ("zerosim.replay._context", "zerosim.replay._mesh", "zerosim.replay._pipeline",
+                     "zerosim.replay._tensor", "zerosim.parallel.context", "zerosim.parallel.pipeline",
+                     "zerosim.parallel.tensor", "tqdm", "asyncio")
+MOST_REPLAY_MODULES = 120
+
+
+def test_the_main_job_loads_seed_004s_step_and_not_the_replays_beside_it():
+    loaded = loaded_by(RUN_MAIN.format(argv=["replay"]))
+    ours = [m for m in loaded if m.startswith("zerosim")]
+    assert "zerosim.replay._text" in ours and "zerosim.parallel.data._engine" in ours, ours  # it ran
+    assert not [m for m in loaded if m.startswith(NOT_IN_THE_REPLAY)], ours
+    assert len(ours) <= MOST_REPLAY_MODULES, len(ours)
+
+
 # What a first script's names load (issue 63): the engine and what a default ZeRO engine runs, not the features beside
 # it, each imported where it is used (zerosim/_lazy.py's faces, and the recipes' own imports in their functions)
 FIRST_SCRIPT = "from zerosim import MLP, Adam, Cluster, ZeroEngine"

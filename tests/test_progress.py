@@ -51,3 +51,21 @@ def test_a_kernel_is_watched(monkeypatch):
     assert progress.watched() is True
     monkeypatch.setattr(ipython, "get_ipython", lambda: types.SimpleNamespace())  # IPython in a terminal, piped
     assert progress.watched() is False
+
+
+def test_a_bar_no_one_sees_hands_the_loop_back_and_loads_no_tqdm(monkeypatch):
+    """Where no bar shows, `progress` returns the iterable itself (what a disabled tqdm yields), without importing
+    tqdm (tqdm.auto brings asyncio: ~0.03 s of a command that shows none); a manual bar (`total`) is still tqdm's."""
+    import subprocess
+
+    steps = range(3)
+    assert progress.progress(steps, "steps", enabled=False) is steps
+    code = ("import sys\nfrom zerosim.progress import progress\nassert list(progress(range(3), 'x')) == [0, 1, 2]\n"
+            "print('tqdm' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)  # stderr: a pipe
+    assert out.stdout.split() == ["False"], out.stdout + out.stderr
+    monkeypatch.setattr(sys, "stderr", _Pipe())
+    bar = progress.progress(total=3, desc="manual")
+    bar.update(3)
+    bar.close()
+    assert type(bar).__module__.startswith("tqdm")

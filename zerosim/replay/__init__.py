@@ -10,14 +10,22 @@ fp16 or bf16, with loss scaling) and the same four weights on a 2 × 2 mesh (HSD
     _context.py   cp_replay, narrate_cp: one hop of ring attention's online-softmax merge on two GPUs (CP)
     _pipeline.py  pipeline_replay, narrate_pipeline: seed 004's network as 2 pipeline stages, its samples as 2
                   micro-batches through 1F1B (PP)
+
+Each name is imported the first time it is asked for (zerosim/_lazy.py): `zerosim replay` loads seed 004's step,
+not the mesh's, TP's, CP's and PP's machinery it does not tell (tests/test_import_graph.py).
 """
 
-from zerosim.replay._context import CP_STYLES, cp_replay, narrate_cp
-from zerosim.replay._mesh import mesh_replay, narrate_mesh
-from zerosim.replay._pipeline import narrate_pipeline, pipeline_replay
-from zerosim.replay._run import MAX_STEPS, SEED_LR, replay, replay_live
-from zerosim.replay._tensor import narrate_tensor, tensor_replay
-from zerosim.replay._text import narrate
+from zerosim._lazy import lazy_face, names_of
 
-__all__ = ["CP_STYLES", "MAX_STEPS", "SEED_LR", "cp_replay", "mesh_replay", "narrate", "narrate_cp", "narrate_mesh",
-           "narrate_pipeline", "narrate_tensor", "pipeline_replay", "replay", "replay_live", "tensor_replay"]
+# each name of the face and the module that defines it
+_NAMES = {
+    "._context": ("CP_STYLES", "cp_replay", "narrate_cp"),
+    "._mesh": ("mesh_replay", "narrate_mesh"),
+    "._pipeline": ("narrate_pipeline", "pipeline_replay"),
+    "._run": ("MAX_STEPS", "SEED_LR", "replay", "replay_live"),
+    "._tensor": ("narrate_tensor", "tensor_replay"),
+    "._text": ("narrate",),
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+
+__all__ = sorted(names_of(_NAMES))
