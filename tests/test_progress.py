@@ -54,18 +54,26 @@ def test_a_kernel_is_watched(monkeypatch):
 
 
 def test_a_bar_no_one_sees_hands_the_loop_back_and_loads_no_tqdm(monkeypatch):
-    """Where no bar shows, `progress` returns the iterable itself (what a disabled tqdm yields), without importing
-    tqdm (tqdm.auto brings asyncio: ~0.03 s of a command that shows none); a manual bar (`total`) is still tqdm's."""
+    """Where no bar shows, `progress` returns the iterable itself (what a disabled tqdm yields), and a manual bar
+    (`total`) is a Hidden one that does what a disabled tqdm bar does, without importing tqdm (tqdm.auto brings
+    asyncio: ~0.03 s of a command that shows none); a bar that shows is still tqdm's."""
     import subprocess
 
     steps = range(3)
     assert progress.progress(steps, "steps", enabled=False) is steps
     code = ("import sys\nfrom zerosim.progress import progress\nassert list(progress(range(3), 'x')) == [0, 1, 2]\n"
-            "print('tqdm' in sys.modules)")
+            "bar = progress(total=4, desc='y')\nbar.reset(total=5)\nbar.update(2)\nbar.set_postfix(loss='1')\n"
+            "bar.close()\nprint('tqdm' in sys.modules, bar.n, bar.total, bar.disable)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)  # stderr: a pipe
-    assert out.stdout.split() == ["False"], out.stdout + out.stderr
+    assert out.stdout.split() == ["False", "0", "5", "True"], out.stdout + out.stderr
+    from tqdm import tqdm
+
+    disabled = tqdm(total=4, disable=True)  # what the Hidden bar stands for, as tqdm itself counts it
+    disabled.reset(total=5)
+    disabled.update(2)
+    assert (disabled.n, disabled.total, disabled.disable) == (0, 5, True)  # a disabled bar does not count
     monkeypatch.setattr(sys, "stderr", _Pipe())
-    bar = progress.progress(total=3, desc="manual")
+    bar = progress.progress(total=3, desc="manual", enabled=True)
     bar.update(3)
     bar.close()
     assert type(bar).__module__.startswith("tqdm")

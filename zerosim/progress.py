@@ -33,12 +33,37 @@ def watched() -> bool:
 
 def progress(iterable=None, desc: str = "", total: int | None = None, enabled: bool | None = None, unit: str = "it"):
     """A tqdm bar over `iterable` (or a manual one with `total`), disabled unless `enabled` or `watched()`. Where no
-    bar shows, `iterable` itself comes back (what a disabled bar yields) and tqdm is not imported: tqdm.auto brings
-    asyncio, ~0.03 s of a command that shows no bar (`zerosim replay` piped, a notebook's sub-second loop)."""
+    bar shows, tqdm is not imported (tqdm.auto brings asyncio: ~0.03 s of a command that shows no bar, `zerosim
+    replay` or `zerosim train` piped, a notebook's sub-second loop): `iterable` itself comes back (what a disabled bar
+    yields), or for a manual bar a `Hidden` one."""
     show = watched() if enabled is None else enabled
-    if not show and iterable is not None:
-        return iterable
+    if not show:
+        return iterable if iterable is not None else Hidden(total)
     from tqdm.auto import tqdm
 
-    return tqdm(iterable, desc=desc, total=total, disable=not show, unit=unit, leave=False, file=sys.stderr,
+    return tqdm(iterable, desc=desc, total=total, disable=False, unit=unit, leave=False, file=sys.stderr,
                 delay=DELAY)
+
+
+class Hidden:
+    """A manual bar no one sees: what a disabled tqdm bar does for the calls the commands make (nothing: it neither
+    counts nor draws; `disable` is True, so a caller prints its lines itself)."""
+
+    disable = True
+
+    def __init__(self, total: int | None = None):
+        self.total, self.n = total, 0
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def reset(self, total: int | None = None) -> None:
+        self.n = 0
+        if total is not None:
+            self.total = total
+
+    def set_postfix(self, *args, **kwargs) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
