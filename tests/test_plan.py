@@ -13,7 +13,8 @@ import pytest
 
 from zerosim import Cluster, ZeroEngine
 from zerosim.cluster import Call, Compute, MemoryLedger
-from zerosim.analysis.costs import ALLOCATOR_RESERVE, get_preset, measure_stage, runtime_overheads
+from zerosim.analysis.costs import (ALLOCATOR_RESERVE, deepspeed_buckets, get_preset, measure_stage,
+                                    runtime_overheads)
 from zerosim.analysis.planner import meta_step, plan, step_time
 from zerosim.analysis.planner._repeat import repeats, twice
 from zerosim.analysis.timeline import Hardware, simulate
@@ -221,7 +222,11 @@ def test_a_step_leaves_the_model_states_as_the_engine_made_them(stage, schedule)
 
 @pytest.mark.slow
 def test_pruning_drops_only_what_could_not_fit():
-    # Against an exhaustive search: every stage × strategy × micro-batch measured, none skipped.
+    # Against an exhaustive search: every stage × strategy × micro-batch measured, none skipped, each judged with the
+    # overheads the planner's default schedule (DeepSpeed's) brings: its 1 GB of gradient bucket buffers at ZeRO-3
+    # (costs.deepspeed_buckets). 15 layers put ZeRO-3 flash at 16 sequences between the two (25.03 GB without the
+    # buffers, 26.03 with them, an RTX 3090's 25.77): a search that forgot them (benchmarks/plan.py's did, 2026-11-28
+    # to 11-29) disagrees with the planner there.
     config = read_hf_config(
         {
             "model_type": "llama",
@@ -229,23 +234,24 @@ def test_pruning_drops_only_what_could_not_fit():
             "num_attention_heads": 8,
             "num_key_value_heads": 2,
             "intermediate_size": 1536,
-            "num_hidden_layers": 8,
+            "num_hidden_layers": 15,
             "vocab_size": 32000,
             "max_position_embeddings": 4096,
         }
     )
     p = plan(config, 4, 8, "rtx3090", 4096, 64, stages=(0, 3), strategies=("none", "block", "flash"))
-    capacity = p.settings["capacity"]
-    exhaustive = set()
+    capacity, comm = p.settings["capacity"], get_comm_schedule("deepspeed")  # the planner's default schedule
+    exhaustive, without_buckets = set(), set()
     for stage, strategy, B in itertools.product((0, 3), ("none", "block", "flash"), (1, 2, 4, 8, 16)):
         model = MetaLlama.from_config(config, 4096, **strategy_options(strategy))
-        row, _, _ = measure_stage(
-            model, 4, stage, "adam", "bf16-mixed", micro_batch=(B, 4096), comm=get_comm_schedule("deepspeed")
-        )  # the planner's default schedule
-        need = row["peak"] + sum(o.bytes for o in runtime_overheads(row["peak"], 4, stage, None, ALLOCATOR_RESERVE))
-        if need <= capacity:
-            exhaustive.add((stage, strategy, B))
+        row, _, _ = measure_stage(model, 4, stage, "adam", "bf16-mixed", micro_batch=(B, 4096), comm=comm)
+        for found, buckets in ((exhaustive, deepspeed_buckets(comm, "bf16-mixed")), (without_buckets, None)):
+            need = row["peak"] + sum(o.bytes for o in runtime_overheads(row["peak"], 4, stage, buckets,
+                                                                        ALLOCATOR_RESERVE))
+            if need <= capacity:
+                found.add((stage, strategy, B))
     assert {(r.stage, r.strategy, r.micro_batch) for r in p.fitting} == exhaustive
+    assert without_buckets - exhaustive == {(3, "flash", 16)}  # the case tells the buffers apart (above)
     assert exhaustive  # the case is not vacuous: something fits, and (below) something does not
     assert any(not r.fits for r in p.rows)
     times = [r.step_s for r in p.fitting]
