@@ -26,7 +26,10 @@ from zerosim.cli.main import main as zerosim
 
 STRATEGIES = ("full_shard", "hsdp", "mics", "hpz")
 MODEL = ("--model", "gpt3-175b", "--ranks", "4096")
-MESH = ("--gpus-per-node", "8", "--shard-group", "64")  # S = 64: HSDP's and MiCS's states fit an 80 GB GPU
+NODES = ("--gpus-per-node", "8")
+SHARD_GROUP = ("--shard-group", "64")  # S = 64: HSDP's and MiCS's states fit an 80 GB GPU (only theirs take a group:
+# the command refuses it beside FULL_SHARD and hpZ, whose secondary group is the node)
+GROUPED = ("hsdp", "mics")
 COMMAND_TARGET, SWEEP_TARGET = 1.0, 10.0
 
 
@@ -50,7 +53,8 @@ def main():
     print(f"GPT-3 175B, N = 4096 on nodes of 8 (S = 64 for HSDP and MiCS, S' = 8 for hpZ); median of {args.repeats}, "
           f"in turns; BLAS threads {os.environ['OPENBLAS_NUM_THREADS']}; load {os.getloadavg()[0]:.1f}")
     flat = ("timeline", *MODEL, "--stage", "3")
-    commands = {(cmd, s): (cmd, *MODEL, *MESH, "--strategy", s) for cmd in ("memory", "timeline") for s in STRATEGIES}
+    commands = {(cmd, s): (cmd, *MODEL, *NODES, *(SHARD_GROUP if s in GROUPED else ()), "--strategy", s)
+                for cmd in ("memory", "timeline") for s in STRATEGIES}
     seconds(flat)  # imports and caches warmed before anything is timed
     times = {k: [] for k in [*commands, "flat"]}
     for _ in range(args.repeats):
