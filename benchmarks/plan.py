@@ -184,6 +184,8 @@ def main():
         print(f"  ratio yardstick / planner: {t / ours_s:.1f}x")
     print(f"  planner {'under' if ours_s < TARGET else 'OVER'} the {TARGET:g} s target ({ours_s:.2f} s); the command "
           f"{'within' if cli_s <= COMMAND_TARGET else 'OVER'} the {COMMAND_TARGET:g} s CPU target ({cli_s:.2f} s)")
+    if base and not same:  # a wrong plan is no speed: the run fails (tests/test_benchmarks_run.py runs this script)
+        raise SystemExit("the planner and the exhaustive search disagree (above)")
 
 
 if __name__ == "__main__":
