@@ -1,12 +1,12 @@
 """Every benchmark still runs, and its own checks of what it measured (the same bits, the same plan) still hold.
 
 Nothing here reads a time: speed lives in the benchmarks themselves. What rots when a benchmark is never run is the
-script, not the number: on 2026-11-29 three of them stopped at their first step (checkpoint.py called the engine's
-old `save`, mesh.py passed a flag the command now refuses beside two strategies) or compared against a yardstick the
-library had moved past (plan.py's exhaustive search left out the DeepSpeed buckets the planner counts, and printed
-"NO" where a wrong plan should fail). Each script runs here in a fresh process at its smallest settings; its exit
-status is the verdict (each raises, or exits non-zero, when its own check fails). Marked heavy: a few minutes in all,
-so the README's command skips them and CI runs them (`.ci/heavy`).
+script, not the number: on 2026-11-29 three of them stopped at their first step (benchmarks/checkpoint.py called the
+engine's old `save`, benchmarks/mesh.py passed a flag the command now refuses beside two strategies) or compared
+against a yardstick the library had moved past (benchmarks/plan.py's exhaustive search left out the DeepSpeed buckets
+the planner counts, and printed "NO" where a wrong plan should fail). Each script runs here in a fresh process at its
+smallest settings; its exit status is the verdict (each raises, or exits non-zero, when its own check fails). Marked
+heavy: a few minutes in all, so the README's command skips them and CI runs them (`.ci/heavy`).
 """
 
 import subprocess
