@@ -178,13 +178,10 @@ def empty_cluster(widths, ranks) -> dict:
 def hand_built_case(widths, ranks, steps) -> dict:
     """Runs in the child process: `steps` ZeRO-3 steps on a `Cluster(N)` with its defaults (`steps`: step counts,
     ascending, read as the run goes: one run answers each length)."""
-    import ctypes
-
     import numpy as np
 
     from zerosim import MLP, Adam, Cluster, ZeroEngine
     from zerosim.models import make_regression
-    from zerosim.precision.arithmetic import clear_kept_operands
 
     model = MLP(widths)
     data = make_regression(np.random.default_rng(0), ranks, 8, widths)
@@ -197,12 +194,7 @@ def hand_built_case(widths, ranks, steps) -> dict:
         engine.step(data)
         if step in steps:  # the high-water mark so far: the peak of a run this long
             at[step] = {"rss": peak_rss_bytes() - before, "held": len(cluster.trace._log)}
-    trim = ctypes.CDLL("libc.so.6").malloc_trim
-    trim(0)  # the heap's free pages first: they are the run's (its fragments), not the memos'
-    with_memos = rss_bytes()
-    clear_kept_operands()
-    trim(0)
-    memos = with_memos - rss_bytes()
+    memos = kept_memos()
     twin = Cluster(ranks, keep_steps=None)
     twin_engine = ZeroEngine(MLP(widths), twin, 3, Adam(lr=1e-3), "bf16-mixed")
     for _ in range(2):
