@@ -15,7 +15,9 @@ Target (issue 14): peak RSS ÷ ledgers' peak total ≤ 1.5 at every stage, for 1
 issue 63 the portable kernels keep process-wide memos of operands (bounded by their own byte budgets, 56 MB in all,
 whatever the cluster), which issue 14's ratio did not know: each case now warms the process up first (`warm_up`: the
 modules an engine imports lazily) and measures the memos at the step's end (`kept_memos`), and the target is read on
-the cluster's own memory, RSS less the memos; the ratio with them is printed beside it. Until 2026-11-29 this script
+the cluster's own memory, RSS less the memos; the ratio with them is printed beside it. The memos are read at the
+step's end: where they held less at the moment RSS peaked, the cluster's own ratio is somewhat flattered, and the one
+with the memos bounds it from above. Until 2026-11-29 this script
 measured neither and printed "OVER" (1.87 at 1M, N = 8, ZeRO-3, of which the memos were most). On 2026-11-29 (AMD
 EPYC, 2 cores): the cluster's own worst 1.48 (1M, N = 64, ZeRO-3; 10M, N = 64, ZeRO-3 1.43), with the memos 1.71.
 

@@ -14,36 +14,38 @@ import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 
-def _child_bytecode_folder() -> str | None:
+def _child_bytecode_folder() -> tuple | None:
     """Where PYTHONDONTWRITEBYTECODE is set (this project's machine sets it), every Python the suite starts (a
     `zerosim` command, an MPI rank, a notebook's kernel, an xdist worker) compiled each zerosim module it imported,
     every time: `zerosim replay` took 0.44 s instead of 0.21 s, half of it compiling, and the suite starts hundreds of
     them. Here the session's children read and write compiled bytecode in one temporary folder of the session's own
     (PYTHONPYCACHEPREFIX: nothing is written into a source tree, as the variable asks), removed when the session ends
     (`pytest_unconfigure`). Compiled bytecode is the source's own meaning: no test's outcome depends on it. The folder
-    is made by the process that starts the session (a worker inherits it); None where the variable is unset (children
-    write bytecode as Python does by default) or a prefix is already chosen."""
+    is made by the process that starts the session (a worker inherits it). Returns (the folder, the variable's value,
+    put back at the end); None where the variable is unset (children write bytecode as Python does by default) or a
+    prefix is already chosen."""
     if (os.environ.get("PYTEST_XDIST_WORKER") or not os.environ.get("PYTHONDONTWRITEBYTECODE")
             or os.environ.get("PYTHONPYCACHEPREFIX")):
         return None
     import tempfile
 
     folder = tempfile.mkdtemp(prefix="zerosim-test-bytecode-")
-    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    asked = os.environ.pop("PYTHONDONTWRITEBYTECODE")
     os.environ["PYTHONPYCACHEPREFIX"] = folder
-    return folder
+    return folder, asked
 
 
-_BYTECODE = _child_bytecode_folder()
+_BYTECODE = _child_bytecode_folder()  # (the folder, the variable's own value) or None
 
 
 def pytest_unconfigure(config):
     if _BYTECODE is not None:
         import shutil
 
+        folder, asked = _BYTECODE
         os.environ.pop("PYTHONPYCACHEPREFIX", None)
-        os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
-        shutil.rmtree(_BYTECODE, ignore_errors=True)
+        os.environ["PYTHONDONTWRITEBYTECODE"] = asked  # as the session found it
+        shutil.rmtree(folder, ignore_errors=True)
 
 # ZEROSIM_TEST_WORKERS=k: every `Cluster(...)` that does not name its workers gets k (issue 28: each
 # bit-equality property of the suite, every stage against the oracle, the fixtures' trace bytes, MPI against
