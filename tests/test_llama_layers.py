@@ -126,6 +126,20 @@ def test_repeat_kv_backward_sums_in_fp32_and_rounds_once():
     assert float(repeat_kv_backward(dx16, 4, "bf16")[0, 0, 0, 0]) == 1 + 2.0**-6
 
 
+
+def test_repeat_kv_on_data_less_arrays_gives_the_shapes_of_real_ones():
+    # the meta backend's twins (context parallelism's gathered K/V and torch's dK/dV) call the same two functions:
+    # (B, G, L, d_h) = (2, 2, 5, 3), n_rep 4 -> (2, 8, 5, 3), its dtype kept; backward -> (2, 2, 5, 3) in bf16 (the
+    # format asked, as the real function's cast gives); n_rep 1 hands the array back unchanged, as the real one does
+    from zerosim.precision.cast import MetaArray
+
+    k = MetaArray((2, 2, 5, 3), np.float32)
+    assert (repeat_kv(k, 4).shape, repeat_kv(k, 4).dtype, repeat_kv(k, 4).is_meta) == ((2, 8, 5, 3), np.float32, True)
+    real = repeat_kv_backward(np.zeros((2, 8, 5, 3), np.float32), 4, "bf16")
+    back = repeat_kv_backward(MetaArray((2, 8, 5, 3), np.float32), 4, "bf16")
+    assert (back.shape, back.dtype, back.is_meta) == (real.shape, real.dtype, True) == ((2, 2, 5, 3), real.dtype, True)
+    assert str(back.dtype) == "bfloat16" and repeat_kv(k, 1) is k and repeat_kv_backward(k, 1, "bf16") is k
+
 def test_swiglu_backward_matches_finite_differences():
     rng = np.random.default_rng(5)
     gate, up = 2 * rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 3, 4))

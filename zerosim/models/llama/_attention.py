@@ -70,6 +70,7 @@ from zerosim.models.layers import (
     tokens_linear_forward,
 )
 from zerosim.precision import cast, get_format
+from zerosim.precision.cast import MetaArray
 
 
 def check_gqa(heads: int, kv_heads: int, head_dim: int) -> None:
@@ -87,15 +88,23 @@ def check_gqa(heads: int, kv_heads: int, head_dim: int) -> None:
 
 
 def repeat_kv(x: np.ndarray, n_rep: int) -> np.ndarray:
-    """(B, G, L, d_h) -> (B, G·n_rep, L, d_h), head g·n_rep + r = head g (HF's repeat_kv; a copy, no rounding)."""
-    return x if n_rep == 1 else np.repeat(x, n_rep, axis=1)
+    """(B, G, L, d_h) -> (B, G·n_rep, L, d_h), head g·n_rep + r = head g (HF's repeat_kv; a copy, no rounding). A
+    data-less (meta) x gives a data-less array of that shape: the one place for both."""
+    if n_rep == 1:
+        return x
+    if getattr(x, "is_meta", False):
+        return MetaArray(x.shape[:1] + (x.shape[1] * n_rep,) + x.shape[2:], x.dtype)
+    return np.repeat(x, n_rep, axis=1)
 
 
 def repeat_kv_backward(dx: np.ndarray, n_rep: int, fmt) -> np.ndarray:
-    """(B, G·n_rep, L, d_h) -> (B, G, L, d_h): each group's n_rep gradients summed in acc, rounded once."""
+    """(B, G·n_rep, L, d_h) -> (B, G, L, d_h): each group's n_rep gradients summed in acc, rounded once (a data-less
+    dx: a data-less array of that shape in fmt, as `repeat_kv`)."""
     if n_rep == 1:
         return dx
     B, H, L, dh = dx.shape
+    if getattr(dx, "is_meta", False):
+        return MetaArray((B, H // n_rep, L, dh), get_format(fmt).dtype)
     acc = acc_dtype(get_format(fmt))
     return cast(dx.reshape(B, H // n_rep, n_rep, L, dh).sum(axis=2, dtype=acc), fmt)
 

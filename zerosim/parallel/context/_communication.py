@@ -165,8 +165,7 @@ def pass_dkv(cluster, group, grads: list, unit) -> tuple:
 
 
 def _repeated(kv: tuple, n_rep: int) -> tuple:
-    return tuple(repeat_kv(a, n_rep) if not getattr(a, "is_meta", False) else
-                 like(a, a.shape[:1] + (a.shape[1] * n_rep,) + a.shape[2:], a.dtype) for a in kv)
+    return tuple(repeat_kv(a, n_rep) for a in kv)
 
 
 def _piece(message, c: int, size: int):

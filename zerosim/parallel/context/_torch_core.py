@@ -116,8 +116,6 @@ def finish(dy, n_rep: int, fmt):
     rounded to the compute format, then repeat_kv's backward (each key head's copies summed): the record the QKV end
     reads."""
     f = get_format(fmt)
-    if getattr(dy.q, "is_meta", False):
-        dk, dv = (like(a, a.shape[:1] + (a.shape[1] // n_rep,) + a.shape[2:], f.dtype) for a in dy.dkv)
-        return dy.but(dq=like(dy.q, dy.q.shape, f.dtype), dk=dk, dv=dv, dkv=None, gathered=None, incoming=None)
     dk, dv = (repeat_kv_backward(cast(a, f), n_rep, f) for a in dy.dkv)
-    return dy.but(dq=cast(dy.dq, f), dk=dk, dv=dv, dkv=None, gathered=None, incoming=None)
+    dq = like(dy.q, dy.q.shape, f.dtype) if getattr(dy.q, "is_meta", False) else cast(dy.dq, f)
+    return dy.but(dq=dq, dk=dk, dv=dv, dkv=None, gathered=None, incoming=None)
