@@ -67,7 +67,21 @@ def _run(case, stack: bool, steps: int = 3):
     return engine, losses
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[2]}-{c[3]}-{'-'.join(map(str, c[6])) or 'plain'}")
+def _native(case):
+    """`case` on the machine's sgemm ("native"): its products are not rows apart, so each rank's is made as its own
+    matrix of a stack (models/_stacked.py, `Arithmetic.batches_apart`)."""
+    stage, options, precision, *rest = case
+    return (stage, options, get_precision(precision).with_(arithmetic="native"), *rest)
+
+
+# the yardstick's 10k-parameter MLP on 64 ranks of 8 rows (benchmarks/yardstick.py, "small"): its 512 stacked rows
+# multiplied as one (512, K) product by OpenBLAS 0.3.31's SkylakeX kernels part from the ranks' own (8, K) products in
+# the last bit (seen when the rows were stacked; a smaller case's sgemm agrees either way, so it tests nothing there)
+NATIVE_MANY = (3, {}, "bf16-mixed", "adam", 64, 8, {"widths": [32, 96, 64, 16]})
+
+
+@pytest.mark.parametrize("case", CASES + [_native(c) for c in CASES] + [_native(NATIVE_MANY)],
+                         ids=lambda c: f"{c[0]}-{c[2]}-{c[3]}-{'-'.join(map(str, c[6])) or 'plain'}-{c[4]}")
 def test_stacked_ranks_give_the_loops_bits_log_and_ledgers(case, monkeypatch):
     calls = []
     real = compute_module.run_stacked
@@ -501,6 +515,35 @@ def test_stacks_refuses_a_backward_without_every_pass_s_saved_tensors_and_a_loss
     assert stacks(passes, backward, model)
     del passes[1].saved.items[0]
     assert not stacks(passes, backward, model)
+
+
+def test_on_the_machine_s_sgemm_only_2d_layers_stack():
+    """Native products are a rank's matrix each (a stack of (B, D) matrices); a GPT's (B, L, d) units multiply their
+    B·L tokens as one matrix, which stacking would change: they run rank by rank, while an MLP's ops stack."""
+    from zerosim.models import GPT
+    from zerosim.models._stacked import stacks
+
+    native = get_precision("bf16-mixed").with_(arithmetic="native")
+    model, passes = _passes()
+    forward = _op(model, "forward", 0)
+    assert stacks(passes, forward, model)
+    for work in passes:
+        work.fmt = native.compute_format
+    assert stacks(passes, forward, model)  # 2-D: the Linear's forward is handed the (n, B, D) stack
+    gpt = GPT(vocab=8, d_model=8, n_heads=2, n_layers=1, seq_len=4)
+    ops = []
+    real = compute_module.run_stacked
+    for fmt, stacked in ((native, False), ("bf16-mixed", True)):
+        ops.clear()
+        compute_module.run_stacked = lambda *a: ops.append(a[1]) or real(*a)
+        try:
+            engine = ZeroEngine(gpt, Cluster(2), 3, get_optimizer("adam"), fmt,
+                                params=gpt.init_params(np.random.default_rng(0)))
+            ids = np.random.default_rng(1).integers(0, 8, (2, 2, 4))
+            engine.step([(i, i) for i in ids])
+        finally:
+            compute_module.run_stacked = real
+        assert bool(ops) is stacked
 
 
 @pytest.mark.parametrize("change", ["a what more", "another what"])

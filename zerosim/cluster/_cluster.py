@@ -55,8 +55,9 @@ class Cluster:
         log_to: a file path: the trace streams the whole log there (each entry's repr, a call's sends below it),
             folded steps as they fold and the rest on `cluster.trace.flush_log()`.
         stack_ranks: with one worker, run a layer's op once for every rank, their micro-batches stacked row by row,
-            where that gives each rank the bits of its own run (models/_stacked.py: Linear, ReLU, GELU and the
-            half-MSE loss under the portable kernels, the ranks' weights the same bits); every rank's state and
+            where that gives each rank the bits of its own run (models/_stacked.py: Linear, ReLU, GELU, the half-MSE
+            loss, a GPT's and a Llama's units and their loss under the portable kernels; an MLP's ops under native
+            ones, each rank's products a matrix of their own; the ranks' weights the same bits); every rank's state and
             events as before. False: each rank's op by itself, the loop it is checked against
             (tests/test_stacked_ranks.py).
     """

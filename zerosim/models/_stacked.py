@@ -8,7 +8,11 @@ treats rows apart (`Layer.rows_apart`: Linear, ReLU, GELU; `Loss.rows_apart`: ha
 rows apart (`Arithmetic.rows_apart`: the portable kernels, each element its own exact dot product rounded once), gives
 rank r's rows of one (n·B, D) batch the bits that rank's own (B, D) run gives. So one call serves n ranks, and the
 Python a layer costs per call is paid once, not n times (docs/speed.md, section 1, item 13). What sums over one rank's
-rows (a Linear's dW and db) comes from `Layer.backward_ranks`, over each rank's block of rows. A GPT's and a Llama's
+rows (a Linear's dW and db) comes from `Layer.backward_ranks`, over each rank's block of rows. On kernels whose
+products are not rows apart (`Arithmetic.batches_apart`: the machine's sgemm, "native"), 2-D layers still run once for
+every rank: their products as a stack of n matrices, (n, B, D) @ (D, D'), which makes each rank's product the BLAS call
+its own run makes (a Linear's forward is handed the (n, B, D) view; its backward's dx is made so), and everything else
+they do is elementwise or each rank's own sums. A GPT's and a Llama's
 units and their LM loss (`rows_apart_nd`) treat each sequence of a (B, L, ...) activation apart: their rows are the
 sequences, along axis 0, and their weight gradients (the Linears', the norms', the embeddings' scatter) each rank's own
 sums.
@@ -69,11 +73,13 @@ def stacks(passes: list, op, model) -> bool:
     unit = model.loss if loss else model.layers[op.layer]
     if not unit.stacks_rows() or (loss and not unit.checks_rows()):
         return False
-    first, backward = passes[0], op.kind == "backward"
-    if first.keep_values or not arithmetic_of(first.fmt).rows_apart:
+    first, backward, ops = passes[0], op.kind == "backward", arithmetic_of(passes[0].fmt)
+    if first.keep_values or not (ops.rows_apart or ops.batches_apart):
         return False
     x, t = first.dy if backward else _input(first, op), first.target
     if type(x) is not np.ndarray or not (x.ndim == 2 or (x.ndim > 2 and unit.rows_apart_nd)):
+        return False
+    if not ops.rows_apart and (x.ndim != 2 or unit.rows_apart_nd):  # products a rank's matrix each: 2-D layers only
         return False
     if loss and (type(t) is not np.ndarray or t.shape[:1] != x.shape[:1]):
         return False
@@ -118,8 +124,11 @@ def run_stacked(passes: list, op, model, params: dict, grads_out: dict | None = 
         rows = x0.shape[0]
         # (n·B, D_in) the ranks' rows, rank by rank: the array the last landing cut them from, else a copy
         x = _stack(passes, "a", [_input(work, op) for work in passes])
+        by_rank = not arithmetic_of(f).rows_apart  # the products each rank's own matrix: (n, B, D_in) (module doc)
         with used_once(x):  # a stack the portable kernels keep nothing of (its backward's dW meets it once more)
-            out, cache = layer.forward(params, x, f)  # (n·B, D_out), {what: (n·B, ...)}
+            out, cache = layer.forward(params, x.reshape(n, rows, -1) if by_rank else x, f)  # (n·B, D_out), {...}
+        if by_rank:  # back to the ranks' rows, one after another: views of the same arrays
+            out, cache = out.reshape(n * rows, -1), {k: a.reshape(n * rows, -1) for k, a in cache.items()}
         if not _rows_of(n * rows, out, *cache.values()):
             return None
         made = done(None, layer.flops(x0.shape, "forward"), weights + int(x0.nbytes), int(out[:rows].nbytes))

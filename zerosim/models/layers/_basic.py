@@ -94,7 +94,8 @@ def linear_backward_ranks(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt, n: i
     db are written into and returned as; where the product is already in fmt (fp32) the kernel writes each rank's dW
     there itself, else it is rounded and copied in.
 
-    dx's rows are each their own dot products, made as one product; dw and db sum over each rank's rows alone: 16-
+    dx's rows are each their own dot products, made as one product (on the machine's sgemm, whose rows are not apart,
+    as a stack of each rank's block: `Arithmetic.batches_apart`); dw and db sum over each rank's rows alone: 16-
     and 8-bit products and small fp32 ones as one batched product over the ranks' blocks (an (n, D_out, D_in) array),
     large fp32 ones rank by rank (a list), and each rank's column sums of its own (B, D_out) block in row order, as
     `linear_backward`'s `sum(axis=0)` adds them (tests/test_stacked_ranks.py: the same bits, rank by rank)."""
@@ -102,7 +103,8 @@ def linear_backward_ranks(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt, n: i
     acc, ops = acc_dtype(f), arithmetic_of(f)
     (x,) = cache
     dy_r, x_r = dy.reshape(n, -1, dy.shape[-1]), x.reshape(n, -1, x.shape[-1])  # (n, B, D_out), (n, B, D_in)
-    dx = rounded(ops.matmul(dy, w), f)  # (n·B, D_in)
+    # (n·B, D_in): one product where the kernels treat rows apart, else each rank's matrix its own (models/_stacked.py)
+    dx = rounded(ops.matmul(dy, w) if ops.rows_apart else ops.matmul(dy_r, w).reshape(dy.shape[0], -1), f)
     into = out["w"] if out is not None and f.dtype == acc else None  # the product is the gradient: made in place
     if dy_r[0].size + x_r[0].size < _BATCHED_BELOW or f.bits < 32:
         stack = into if type(into) is np.ndarray else None  # a list of each rank's array: copied in after
