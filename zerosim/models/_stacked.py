@@ -126,9 +126,9 @@ def run_stacked(passes: list, op, model, params: dict, grads_out: dict | None = 
         x = _stack(passes, "a", [_input(work, op) for work in passes])
         by_rank = not arithmetic_of(f).rows_apart  # the products each rank's own matrix: (n, B, D_in) (module doc)
         with used_once(x):  # a stack the portable kernels keep nothing of (its backward's dW meets it once more)
-            out, cache = layer.forward(params, x.reshape(n, rows, -1) if by_rank else x, f)  # (n·B, D_out), {...}
+            out, cache = layer.forward(params, x.reshape(n, rows, *x.shape[1:]) if by_rank else x, f)  # (n·B, D_out)
         if by_rank:  # back to the ranks' rows, one after another: views of the same arrays
-            out, cache = out.reshape(n * rows, -1), {k: a.reshape(n * rows, -1) for k, a in cache.items()}
+            out, cache = _rows(out, n, rows), {k: _rows(a, n, rows) for k, a in cache.items()}
         if not _rows_of(n * rows, out, *cache.values()):
             return None
         made = done(None, layer.flops(x0.shape, "forward"), weights + int(x0.nbytes), int(out[:rows].nbytes))
@@ -168,6 +168,14 @@ def _alike(saved: list) -> bool:
 
 def _rows_of(rows: int, *arrays) -> bool:
     return all(getattr(a, "ndim", 0) >= 1 and a.shape[0] == rows for a in arrays)
+
+
+def _rows(a, n: int, rows: int):
+    """An (n, B, ...) array as (n·B, ...), its rows rank after rank; anything else as it is (the check after the
+    forward then refuses it, and the loop runs the op)."""
+    if getattr(a, "shape", ())[:2] != (n, rows):
+        return a
+    return a.reshape(n * rows, *a.shape[2:])
 
 
 def _blocks_of(n: int, a) -> bool:

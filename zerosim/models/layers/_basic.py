@@ -104,7 +104,7 @@ def linear_backward_ranks(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt, n: i
     (x,) = cache
     dy_r, x_r = dy.reshape(n, -1, dy.shape[-1]), x.reshape(n, -1, x.shape[-1])  # (n, B, D_out), (n, B, D_in)
     # (n·B, D_in): one product where the kernels treat rows apart, else each rank's matrix its own (models/_stacked.py)
-    dx = rounded(ops.matmul(dy, w) if ops.rows_apart else ops.matmul(dy_r, w).reshape(dy.shape[0], -1), f)
+    dx = rounded(ops.matmul(dy, w) if ops.rows_apart else ops.matmul(dy_r, w).reshape(dy.shape[0], w.shape[1]), f)
     into = out["w"] if out is not None and f.dtype == acc else None  # the product is the gradient: made in place
     if dy_r[0].size + x_r[0].size < _BATCHED_BELOW or f.bits < 32:
         stack = into if type(into) is np.ndarray else None  # a list of each rank's array: copied in after
