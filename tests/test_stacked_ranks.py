@@ -80,8 +80,12 @@ def _native(case):
 NATIVE_MANY = (3, {}, "bf16-mixed", "adam", 64, 8, {"widths": [32, 96, 64, 16]})
 
 
-@pytest.mark.parametrize("case", CASES + [_native(c) for c in CASES] + [_native(NATIVE_MANY)],
-                         ids=lambda c: f"{c[0]}-{c[2]}-{c[3]}-{'-'.join(map(str, c[6])) or 'plain'}-{c[4]}")
+def _case_id(c) -> str:
+    precision = c[2] if isinstance(c[2], str) else f"{c[2].compute_format.name}-{c[2].arithmetic}"
+    return f"{c[0]}-{precision}-{c[3]}-{'-'.join(map(str, c[6])) or 'plain'}-{c[4]}"
+
+
+@pytest.mark.parametrize("case", CASES + [_native(c) for c in CASES] + [_native(NATIVE_MANY)], ids=_case_id)
 def test_stacked_ranks_give_the_loops_bits_log_and_ledgers(case, monkeypatch):
     calls = []
     real = compute_module.run_stacked
