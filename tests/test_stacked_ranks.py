@@ -69,7 +69,7 @@ def _run(case, stack: bool, steps: int = 3):
 
 def _native(case):
     """`case` on the machine's sgemm ("native"): its products are not rows apart, so each rank's is made as its own
-    matrix of a stack (models/_stacked.py, `Arithmetic.batches_apart`)."""
+    matrix of a stack (models/_stacked.py)."""
     stage, options, precision, *rest = case
     return (stage, options, get_precision(precision).with_(arithmetic="native"), *rest)
 

@@ -9,8 +9,10 @@ rows apart (`Arithmetic.rows_apart`: the portable kernels, each element its own 
 rank r's rows of one (n·B, D) batch the bits that rank's own (B, D) run gives. So one call serves n ranks, and the
 Python a layer costs per call is paid once, not n times (docs/speed.md, section 1, item 13). What sums over one rank's
 rows (a Linear's dW and db) comes from `Layer.backward_ranks`, over each rank's block of rows. On kernels whose
-products are not rows apart (`Arithmetic.batches_apart`: the machine's sgemm, "native"), 2-D layers still run once for
-every rank: their products as a stack of n matrices, (n, B, D) @ (D, D'), which makes each rank's product the BLAS call
+products are not rows apart (the machine's sgemm, "native"), 2-D layers still run once for every rank: their products
+as a stack of n matrices, (n, B, D) @ (D, D'), which NumPy's matmul makes one BLAS call a matrix, with the shape,
+strides and transposes the matrix alone gets (NumPy 2.4, numpy/_core/src/umath/matmul.c.src, `@TYPE@_matmul`: its
+loop over the outer dimension calls `@TYPE@_matmul_matrixmatrix` on each matrix), so each rank's product is the call
 its own run makes (a Linear's forward is handed the (n, B, D) view; its backward's dx is made so), and everything else
 they do is elementwise or each rank's own sums. A GPT's and a Llama's
 units and their LM loss (`rows_apart_nd`) treat each sequence of a (B, L, ...) activation apart: their rows are the
@@ -58,9 +60,9 @@ def _input(work, op):
 
 def stacks(passes: list, op, model) -> bool:
     """Whether `op` may run as one computation over `passes`: two or more passes, a forward, recompute or backward
-    of a `rows_apart` layer (or the loss of a `rows_apart` loss) on `rows_apart` kernels, no values kept for
-    narration, and every pass's tensor in flight (its block's checkpoint, for a recompute that starts from one) a
-    host array of one shape and dtype, 2-D (or of any rank, rows along axis 0, for a `rows_apart_nd` layer or loss),
+    of a `rows_apart` layer (or the loss of a `rows_apart` loss), no values kept for narration, and every pass's
+    tensor in flight (its block's checkpoint, for a recompute that starts from one) a host array of one shape and
+    dtype, 2-D (or, on `rows_apart` kernels, of any rank, rows along axis 0, for a `rows_apart_nd` layer or loss),
     with its saved tensors at hand, for a backward; for the loss, its target alike (a host array with a row for each
     of the prediction's, the rest of its shape `Loss.check_target`'s to vouch for: `Loss.checks_rows`) and one loss
     scale. A checkpoint under op-level selective checkpointing keeps the loop (`Pass._selective` decides what it
@@ -74,7 +76,7 @@ def stacks(passes: list, op, model) -> bool:
     if not unit.stacks_rows() or (loss and not unit.checks_rows()):
         return False
     first, backward, ops = passes[0], op.kind == "backward", arithmetic_of(passes[0].fmt)
-    if first.keep_values or not (ops.rows_apart or ops.batches_apart):
+    if first.keep_values:
         return False
     x, t = first.dy if backward else _input(first, op), first.target
     if type(x) is not np.ndarray or not (x.ndim == 2 or (x.ndim > 2 and unit.rows_apart_nd)):

@@ -95,7 +95,7 @@ def linear_backward_ranks(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt, n: i
     there itself, else it is rounded and copied in.
 
     dx's rows are each their own dot products, made as one product (on the machine's sgemm, whose rows are not apart,
-    as a stack of each rank's block: `Arithmetic.batches_apart`); dw and db sum over each rank's rows alone: 16-
+    as a stack of each rank's block: models/_stacked.py); dw and db sum over each rank's rows alone: 16-
     and 8-bit products and small fp32 ones as one batched product over the ranks' blocks (an (n, D_out, D_in) array),
     large fp32 ones rank by rank (a list), and each rank's column sums of its own (B, D_out) block in row order, as
     `linear_backward`'s `sum(axis=0)` adds them (tests/test_stacked_ranks.py: the same bits, rank by rank)."""

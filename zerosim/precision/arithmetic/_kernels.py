@@ -50,12 +50,6 @@ class Arithmetic:
     # many there are): the ranks' micro-batches may be multiplied as one batch (models/_stacked.py). True for the
     # exact products; a BLAS sgemm may pick another kernel, blocking or order for another number of rows.
     rows_apart: bool = False
-    # each matrix of a batched product (n, M, K) @ (K, N) made as that matrix's own product would be: the ranks'
-    # micro-batches may be multiplied as n matrices, one per rank (models/_stacked.py, where the rows are not apart).
-    # True for both: NumPy's matmul makes a stack's products one BLAS call each, with the shape, strides and
-    # transposes the matrix alone gets (NumPy 2.4, numpy/_core/src/umath/matmul.c.src, `@TYPE@_matmul`: its loop over
-    # the outer dimension calls `@TYPE@_matmul_matrixmatrix` on each matrix), so each rank's bits are its own call's
-    batches_apart: bool = True
 
 
 def _native_matmul(a, b, out=None):
