@@ -14,9 +14,10 @@ as `dataclasses._init_fn` writes it (its annotations set after), so a record is 
 wanted (the first record made, or its signature asked for: `_FirstInit`): of the 48 records a first script's names
 define, the import itself makes 11 (its tables: formats, policies, recipes, ...); tests/test_import_graph.py.
 The other methods are the same function for every record, over the class's field names read once by
-`operator.attrgetter`: equality and hash compare the same tuples of the same fields, repr prints the same text, and a
-frozen record refuses the same assignments with the same `FrozenInstanceError` (an equality or a hash costs 0.1-0.3 µs
-more a call than the generated one; a step compares no records in bulk, and steps took the same time). The command
+`operator.attrgetter`: equality compares the fields as the running Python's dataclasses does (`_eq`: 3.13 changed
+how), hash hashes the same tuple of the same fields, repr prints the same text, and a frozen record refuses the same
+assignments with the same `FrozenInstanceError` (an equality or a hash costs 0.1-0.3 µs more a call than the
+generated one; a step compares no records in bulk, and steps took the same time). The command
 line's records (what users read imports faces only: tests/test_layout.py) and the teaching units' (read by students)
 keep the standard library's decorator. tests/test_dataclass.py holds each behaviour against the standard library's
 on the same class. What this decorator does not make itself (`order`, `unsafe_hash`, `slots`, `weakref_slot`) it
@@ -36,9 +37,9 @@ from typing import ClassVar
 _OWN = frozenset({"init", "repr", "eq", "frozen", "match_args", "kw_only"})  # the options made here
 # The standard library's private names read here (`_FIELD`, `_FIELD_INITVAR`, `_HAS_DEFAULT_FACTORY`, a field's
 # `_field_type`) are Python 3.11's, where tests/test_dataclass.py checks every behaviour against the standard
-# library's; 3.10, 3.12 and 3.13 define the same names alike. On any other release, or where one is missing, every
-# record is the standard library's own: the same record, made more slowly (3.13's compiles its methods in one exec).
-_CHECKED = (3, 10) <= sys.version_info[:2] <= (3, 13) and all(
+# library's; 3.12 and 3.13 define the same names alike. On any other release, or where one is missing, every record
+# is the standard library's own: the same record, made more slowly (3.13's compiles its methods in one exec).
+_CHECKED = (3, 11) <= sys.version_info[:2] <= (3, 13) and all(
     hasattr(dataclasses, name) for name in ("_FIELD", "_FIELD_INITVAR", "_HAS_DEFAULT_FACTORY"))
 _INITVAR = getattr(dataclasses, "_FIELD_INITVAR", None)  # the marker of an InitVar pseudo-field
 _HAS_DEFAULT_FACTORY = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", None)  # the default that says "call the factory"
@@ -95,7 +96,7 @@ def _record(cls, init: bool, repr: bool, eq: bool, frozen: bool, match_args: boo
     if repr:
         _add(cls, "__repr__", _repr([f.name for f in fields if f.repr]))
     if eq:
-        _add(cls, "__eq__", _eq(_values([f.name for f in fields if f.compare])))
+        _add(cls, "__eq__", _eq([f.name for f in fields if f.compare]))
     if frozen and not frozen_base:
         for fn in _frozen(cls, {f.name for f in fields}):
             if _add(cls, fn.__name__, fn):
@@ -165,10 +166,32 @@ def _values(names: list):
     return attrgetter(*names)
 
 
-def _eq(values):
+def _eq(names: list):
+    """The running Python's dataclasses `__eq__` over the compared fields `names`: through 3.12 their tuples compared
+    (where an element is the other's own object it is equal, a NaN too); from 3.13 the record itself is equal, and
+    otherwise each field's == in turn, as `and` chains them: the first false result, or the last (Lib/dataclasses.py,
+    `_process_class`, 3.13.0)."""
+    if sys.version_info < (3, 13):
+        values = _values(names)
+
+        def __eq__(self, other):
+            if other.__class__ is self.__class__:
+                return values(self) == values(other)
+            return NotImplemented
+
+        return __eq__
+    getters = [attrgetter(name) for name in names]
+
     def __eq__(self, other):
+        if self is other:
+            return True
         if other.__class__ is self.__class__:
-            return values(self) == values(other)
+            result = True
+            for get in getters:
+                result = get(self) == get(other)
+                if not result:
+                    return result
+            return result
         return NotImplemented
 
     return __eq__
