@@ -245,7 +245,8 @@ def _as_matrix(a, shape):
     """A flat state buffer (or Buffer) viewed as `shape` without copying; anything else unchanged."""
     a = a.array if hasattr(a, "array") else a
     if isinstance(a, np.ndarray) and a.ndim == 1 and a.size == shape[0] * shape[1]:
-        view = a.view()
-        view.shape = shape  # raises rather than copy, so updates reach the buffer
-        return view
+        if not a.flags.c_contiguous:  # its reshape would be a copy, which the updates would not reach
+            raise ValueError(f"a state buffer of stride {a.strides[0]} B cannot be viewed as {shape} without a copy")
+        return a.reshape(shape)  # a view: NumPy reshapes a contiguous array without copying (setting .shape, which
+        # said so by raising, is deprecated since NumPy 2.5)
     return a
