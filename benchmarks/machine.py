@@ -106,10 +106,7 @@ def numpy_kernels() -> str:
     """e.g. "NumPy 2.4.6, BLAS scipy-openblas 0.3.31.188.0 (SkylakeX kernels), SIMD X86_V2 + X86_V3 X86_V4"."""
     import numpy as np
 
-    try:
-        from numpy._core import _multiarray_umath as umath
-    except ImportError:  # NumPy 1.x
-        from numpy.core import _multiarray_umath as umath
+    from numpy._core import _multiarray_umath as umath
     on = [t for t in umath.__cpu_dispatch__ if umath.__cpu_features__.get(t)]
     simd = " ".join(umath.__cpu_baseline__) + (" + " + " ".join(on) if on else "")
     return f"NumPy {np.__version__}, BLAS {numpy_blas()}, SIMD {simd}"

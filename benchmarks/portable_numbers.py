@@ -62,10 +62,7 @@ def outputs(path: str) -> None:
 
 def narrowed_simd() -> str | None:
     """NumPy's run-time SIMD targets above its baseline, for NPY_DISABLE_CPU_FEATURES (None: nothing to narrow)."""
-    try:
-        from numpy._core import _multiarray_umath as umath
-    except ImportError:
-        from numpy.core import _multiarray_umath as umath
+    from numpy._core import _multiarray_umath as umath
     on = [t for t in umath.__cpu_dispatch__ if umath.__cpu_features__.get(t)]
     return " ".join(on) or None
 

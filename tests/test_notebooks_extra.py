@@ -3,18 +3,12 @@
 lists (the extra had nbformat, nbclient, ipykernel and ipywidgets only: no front end, no nbconvert)."""
 
 import re
-import sys
+import tomllib
 from importlib import metadata
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    tomllib = pytest.importorskip("tomli")
 
 
 def extra(name: str) -> set:

@@ -1,0 +1,46 @@
+"""pyproject.toml's floors are claims `.ci/versions` checks: it installs every core dependency at the floor declared and
+runs the fast lane on the oldest Python allowed. It can only do so where each is written as it reads them
+(tools/dependency_floors.py); a dependency without a floor, or a requires-python of another form, is a claim nothing
+would check."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import dependency_floors  # noqa: E402  (tools/, read by .ci/versions)
+
+
+def test_every_core_dependency_declares_the_floor_the_floors_lane_installs():
+    pins = dependency_floors.floors()
+    names = [pin.split("==")[0] for pin in pins]
+    assert names == ["numpy", "ml_dtypes", "matplotlib", "tqdm", "xxhash"]  # every line of the list, in order
+    assert "numpy==2.0" in pins  # NEP 50's promotion: under NumPy 1.26 the fast lane failed (pyproject.toml)
+    assert "matplotlib==3.11" in pins  # the explorer reads its text layout (pyproject.toml)
+
+
+def test_the_oldest_python_is_the_one_the_floors_lane_looks_for():
+    assert dependency_floors.oldest_python() == "3.11"
+    assert sys.version_info[:2] >= (3, 11)  # this suite's own interpreter is one the package allows
+
+
+@pytest.mark.parametrize("written, why", [
+    ('dependencies = ["numpy"]', "names no floor"),
+    ('dependencies = ["numpy<3"]', "names no floor"),
+    ('dependencies = ["numpy>=2.0; python_version >= \'3.11\'"]', "names no floor"),
+])
+def test_a_dependency_without_a_floor_is_refused_by_name(tmp_path, written, why):
+    path = tmp_path / "pyproject.toml"
+    path.write_text(f'[project]\nrequires-python = ">=3.11"\n{written}\n')
+    with pytest.raises(ValueError, match=why):
+        dependency_floors.floors(path)
+
+
+def test_a_requires_python_without_a_floor_is_refused(tmp_path):
+    path = tmp_path / "pyproject.toml"
+    path.write_text('[project]\nrequires-python = "~=3.11"\ndependencies = []\n')
+    with pytest.raises(ValueError, match="requires-python"):
+        dependency_floors.oldest_python(path)

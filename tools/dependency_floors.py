@@ -1,0 +1,61 @@
+"""The oldest releases pyproject.toml allows, as pip constraints: what `.ci/versions` installs and tests.
+
+    python tools/dependency_floors.py python       # the oldest Python requires-python names: "3.11"
+    python tools/dependency_floors.py pins FILE    # each core dependency pinned at its floor, one a line, into FILE
+
+Every core dependency must declare its floor as NAME>=VERSION, and requires-python as >=3.N: a line in another form
+is refused by name (tests/test_dependency_floors.py holds the file to it), since a floor no lane installs is a claim
+nothing checks.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+_FLOOR = re.compile(r"([A-Za-z0-9_.-]+)\s*>=\s*([0-9]+(?:\.[0-9]+)*)")
+
+
+def project(path: Path = PYPROJECT) -> dict:
+    with open(path, "rb") as f:
+        return tomllib.load(f)["project"]
+
+
+def oldest_python(path: Path = PYPROJECT) -> str:
+    """The oldest Python `requires-python` allows, "3.N"; ValueError where it is not written ">=3.N"."""
+    given = project(path)["requires-python"]
+    found = re.fullmatch(r">=\s*(3\.[0-9]+)", given.strip())
+    if not found:
+        raise ValueError(f"{path.name}: requires-python {given!r} is not written >=3.N")
+    return found[1]
+
+
+def floors(path: Path = PYPROJECT) -> list[str]:
+    """["numpy==2.0", ...]: each of `dependencies` at its floor; ValueError naming a dependency without one."""
+    pins = []
+    for given in project(path)["dependencies"]:
+        found = _FLOOR.fullmatch(given.strip())
+        if not found:
+            raise ValueError(f"{path.name}: the dependency {given!r} names no floor as NAME>=VERSION")
+        pins.append(f"{found[1]}=={found[2]}")
+    return pins
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["python"] and len(argv) == 1:
+        print(oldest_python())
+    elif argv[:1] == ["pins"] and len(argv) == 2:
+        pins = floors()
+        Path(argv[1]).write_text("\n".join(pins) + "\n")
+        print(", ".join(pins))
+    else:
+        print("usage:\n" + "\n".join(__doc__.strip().splitlines()[2:4]), file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
