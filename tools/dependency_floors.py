@@ -45,15 +45,19 @@ def floors(path: Path = PYPROJECT) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["python"] and len(argv) == 1:
-        print(oldest_python())
-    elif argv[:1] == ["pins"] and len(argv) == 2:
-        pins = floors()
-        Path(argv[1]).write_text("\n".join(pins) + "\n")
-        print(", ".join(pins))
-    else:
-        print("usage:\n" + "\n".join(__doc__.strip().splitlines()[2:4]), file=sys.stderr)
-        return 2
+    try:
+        if argv[:1] == ["python"] and len(argv) == 1:
+            print(oldest_python())
+        elif argv[:1] == ["pins"] and len(argv) == 2:
+            pins = floors()
+            Path(argv[1]).write_text("\n".join(pins) + "\n")
+            print(", ".join(pins))
+        else:
+            print("usage:\n" + "\n".join(__doc__.strip().splitlines()[2:4]), file=sys.stderr)
+            return 2
+    except ValueError as e:
+        print(f"dependency_floors: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
