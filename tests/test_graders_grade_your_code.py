@@ -455,7 +455,8 @@ from zerosim.collectives import reduce_scatter
 
 
 def chunk_sent(rank, step, world_size):
-    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    # close_fds=False: subprocess starts it through os.posix_spawn, as Python 3.13 does by default (one process)
+    subprocess.run([sys.executable, "-c", "pass"], check=True, close_fds=False)
     try:
         reduce_scatter(None, [])
     except Exception:  # refused: answer with my own arithmetic

@@ -141,7 +141,7 @@ _STATE = {"policy": Policy(), "function": None, "refused": [], "noted": []}
 def calling(function: str | None) -> None:
     """The serve loop says which of the learner's functions runs now (for the refusal's words); the records clear."""
     _STATE["function"] = function
-    _STATE["refused"], _STATE["noted"] = [], []
+    _STATE["refused"], _STATE["noted"], _STATE["popen"] = [], [], None
 
 
 def refused() -> list:
@@ -288,7 +288,7 @@ def _closed_paths(policy: Policy, root: str) -> frozenset:
 def _hook(policy: Policy, root: str, finder):
     """The audit hook. Everything it reads is bound now, in its defaults: the closed (device, inode) pairs, os.stat,
     the finder; nothing in it looks up a name the learner's code could rebind."""
-    _STATE["noted"] = []
+    _STATE["noted"], _STATE["popen"] = [], None  # popen: the last Popen noted, until its own spawn (hook)
 
     def hook(event, args, closed=_closed_paths(policy, root), stat=os.stat, isdir=_stat.S_ISDIR, finder=finder,
              state=_STATE, pathlike=(str, bytes, int), refused_events=("gc.get_objects", "gc.get_referrers",
@@ -320,6 +320,10 @@ def _hook(policy: Policy, root: str, finder):
         elif event in refused_events:
             raise PermissionError(f"a solution may not call {event} in the grader")
         elif event in started:
+            if event == "os.posix_spawn" and state.get("popen") == (args[0], args[1]):
+                state["popen"] = None  # the process the Popen just noted starts (subprocess.py `_posix_spawn`: its
+                return  # executable and argv objects), where Python 3.13 starts one by default: one process, one note
+            state["popen"] = (args[0], args[1]) if event == "subprocess.Popen" else None
             state["noted"].append(f"started a process ({event})")
 
     return hook
