@@ -321,8 +321,10 @@ def _hook(policy: Policy, root: str, finder):
             raise PermissionError(f"a solution may not call {event} in the grader")
         elif event in started:
             if event == "os.posix_spawn" and state.get("popen") == (args[0], args[1]):
-                state["popen"] = None  # the process the Popen just noted starts (subprocess.py `_posix_spawn`: its
-                return  # executable and argv objects), where Python 3.13 starts one by default: one process, one note
+                # the process the Popen just noted starts, with its executable and argv objects (Python 3.13.0,
+                # Lib/subprocess.py `Popen._posix_spawn`; 3.13 takes that path by default): one process, one note
+                state["popen"] = None
+                return
             state["popen"] = (args[0], args[1]) if event == "subprocess.Popen" else None
             state["noted"].append(f"started a process ({event})")
 
