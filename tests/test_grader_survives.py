@@ -12,6 +12,7 @@ The commands run in a subprocess each, so that a grader that did die would fail 
 
 import functools
 import json
+import signal
 import subprocess
 import sys
 
@@ -39,10 +40,10 @@ HOSTILE = {  # what the solution does, and words of the line the grade must say
 }
 
 
-def run(*argv, cwd) -> subprocess.CompletedProcess:
+def run(*argv, cwd, **options) -> subprocess.CompletedProcess:
     """The command in a session of its own: a grader that let a solution reach its group takes only itself down."""
     return subprocess.run([sys.executable, "-m", "zerosim.cli.main", *argv], cwd=cwd, capture_output=True, text=True,
-                          timeout=HANG_TIMEOUT, start_new_session=True)
+                          timeout=HANG_TIMEOUT, start_new_session=True, **options)
 
 
 @functools.cache
@@ -79,6 +80,29 @@ def test_assignment_grade_writes_its_results_whatever_the_solution_does(tmp_path
     assert said and all("\n" not in t["output"] for t in failed), [t["output"] for t in failed][:4]
     assert results["output"].startswith("assignment 1")
     assert not list((tmp_path / "out").glob("*.tmp*"))
+
+
+SIGNALLED = {  # a signal a background job may start with ignored, what the solution does with it, the grade's words
+    "SIGINT": ("os.kill(0, signal.SIGINT)", HOSTILE["interrupts its group"][1]),
+    "SIGHUP": ("os.kill(os.getpid(), signal.SIGHUP)", "with signal SIGHUP (exit status -1)"),  # nohup ignores it
+}
+
+
+@pytest.mark.slow  # about 2 s a grade, 4 of them
+@pytest.mark.parametrize("ignored", [False, True], ids=["default", "ignored"])
+@pytest.mark.parametrize("name", list(SIGNALLED))
+def test_a_solution_signalling_itself_grades_alike_however_the_grader_was_started(tmp_path, name, ignored):
+    # A shell without job control starts a background job with SIGINT and SIGQUIT ignored (`cmd &` in a script, a
+    # runner's own script), nohup SIGHUP too: the grader inherits that, and the learner's process would. The solution's
+    # signal is the same one line either way (seen failing with SIGINT ignored before _child.py reset the signals).
+    number = getattr(signal, name)
+    action, words = SIGNALLED[name]
+    path = solution(tmp_path, action, at_load=False)
+    done = run("assignment", "grade", "1", "--file", str(path), "--results", "out/results.json", cwd=tmp_path,
+               preexec_fn=lambda: signal.signal(number, signal.SIG_IGN if ignored else signal.SIG_DFL))
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+    outputs = [t["output"] for t in json.loads((tmp_path / "out" / "results.json").read_text())["tests"]]
+    assert any(words in output for output in outputs), outputs[:4]
 
 
 @pytest.mark.parametrize("command", [["assignment", "check", "1"], ["assignment", "grade", "1"]])

@@ -39,6 +39,7 @@ import importlib
 import json
 import os
 import re
+import signal
 import sys
 
 from zerosim.teaching.sandbox._confine import confine
@@ -171,7 +172,22 @@ def _harnesses(policy: Policy) -> dict:
     return found
 
 
+def _signals_as_python_starts() -> None:
+    """Each signal as a Python started from a terminal has it, whatever the grader inherited. A grader a shell started
+    in the background (a script's `cmd &`, nohup, a runner's own script) has SIGINT and SIGQUIT (and under nohup
+    SIGHUP) ignored and passes that on to this process, so a solution's os.kill(0, SIGINT) would do nothing there and
+    raise KeyboardInterrupt elsewhere: one solution, two grades. Python itself ignores SIGPIPE and SIGXFSZ at start
+    (its I/O raises instead), which stay so; every other ignored signal takes its default, and SIGINT Python's handler
+    (KeyboardInterrupt)."""
+    own = {getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name)}
+    for number in signal.valid_signals():
+        if number not in own and signal.getsignal(number) is signal.SIG_IGN:
+            signal.signal(number, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main() -> None:
+    _signals_as_python_starts()
     plan = json.loads(sys.argv[1])
     request_fd = os.dup(0)
     devnull = os.open(os.devnull, os.O_RDONLY)
