@@ -22,6 +22,8 @@ what it prints: each `print` carries a comment, and one written `# → VALUE` mu
 """
 
 import ast
+import atexit
+import functools
 import importlib.metadata
 import json
 import os
@@ -31,6 +33,7 @@ import site
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -77,11 +80,25 @@ def fresh_copy(dest: Path) -> Path:
     return dest
 
 
+@functools.cache
+def suite_python() -> str:
+    """A folder holding `python3`, a link to the Python running this test (its installation, outside any virtual
+    environment): the pages' `python3` is the Python under test. On a machine whose `python3` is another version, a
+    suite run with `python3.13 -m pytest` checks the pages on 3.13, and the `.venv` the quick start makes can share
+    this environment's packages (share_test_environment)."""
+    folder = Path(tempfile.mkdtemp(prefix="zerosim-python3-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    installed = Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    (folder / "python3").symlink_to(installed if installed.exists() else sys.executable)
+    return str(folder)
+
+
 def user_env() -> dict:
-    """A new shell's environment: PATH without this interpreter's virtual environment."""
+    """A new shell's environment: PATH without this interpreter's virtual environment, and with its `python3` first
+    (suite_python)."""
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "HYPOTHESIS_PROFILE")}
     here = str(Path(sys.executable).parent)
-    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != here)
+    env["PATH"] = os.pathsep.join([suite_python(), *(p for p in env.get("PATH", "").split(os.pathsep) if p != here)])
     return env
 
 
@@ -641,15 +658,11 @@ def share_test_environment(project: Path) -> None:
     the extras put beside them (MPICH's lib/libmpi.so, Jupyter's share/). pip then finds every requirement and
     extra satisfied (it downloads and unpacks nothing: the minutes this test took) and still builds zerosim from the
     copy and installs it into `.venv`, as the README says. The install from nothing, each dependency downloaded, is
-    `.ci/run`'s: it runs the README's two commands as printed in a fresh `.venv`, then the suite in it. A `python3`
-    of another version than this test's cannot share its packages: there `.venv` installs everything for real."""
+    `.ci/run`'s: it runs the README's two commands as printed in a fresh `.venv`, then the suite in it. `.venv` is
+    of this test's Python (user_env puts it first on PATH as `python3`), so the packages fit it."""
     python = project / ".venv" / "bin" / "python"
-    asked = "import sys, sysconfig; print(sys.version_info[:2] == tuple(map(int, sys.argv[1:])), sysconfig.get_paths())"
-    same, paths = subprocess.run([python, "-c", asked, *map(str, sys.version_info[:2])], capture_output=True,
-                                 text=True, check=True).stdout.split(" ", 1)
-    if same != "True":
-        return
-    paths = ast.literal_eval(paths)
+    asked = "import sysconfig; print(sysconfig.get_paths())"
+    paths = ast.literal_eval(subprocess.run([python, "-c", asked], capture_output=True, text=True, check=True).stdout)
     (Path(paths["purelib"]) / "test-environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     ours = {e.name for e in importlib.metadata.distribution("zerosim").entry_points if e.group == "console_scripts"}
     for program in sorted(Path(sysconfig.get_path("scripts")).iterdir()):
