@@ -1,7 +1,7 @@
-"""pyproject.toml's floors are claims `.ci/versions` checks: it installs every core dependency at the floor declared and
-runs the fast lane on the oldest Python allowed. It can only do so where each is written as it reads them
-(tools/dependency_floors.py); a dependency without a floor, or a requires-python of another form, is a claim nothing
-would check."""
+"""pyproject.toml's floors are claims `.ci/versions` checks: it installs every core dependency, and every one of the
+test and notebooks extras, at the floor declared and runs the README's test selection on the oldest Python allowed.
+It can only do so where each is written as it reads them (tools/dependency_floors.py); a dependency without a floor,
+or a requires-python of another form, is a claim nothing would check."""
 
 import sys
 from pathlib import Path
@@ -20,6 +20,21 @@ def test_every_core_dependency_declares_the_floor_the_floors_lane_installs():
     assert names == ["numpy", "ml_dtypes", "matplotlib", "tqdm", "xxhash"]  # every line of the list, in order
     assert "numpy==2.0" in pins  # NEP 50's promotion: under NumPy 1.26 the fast lane failed (pyproject.toml)
     assert "matplotlib==3.11" in pins  # the explorer reads its text layout (pyproject.toml)
+
+
+def test_the_extras_the_floors_lane_installs_are_pinned_after_the_core():
+    pins = dependency_floors.floors(extras=("test", "notebooks"))
+    assert pins[:5] == dependency_floors.floors()
+    assert [pin.split("==")[0] for pin in pins[5:]] == [
+        "pytest", "pytest-xdist", "hypothesis", "import-linter", "ruff", "safetensors", "mpmath",  # test, in order
+        "nbformat", "nbclient", "ipykernel", "ipywidgets", "jupyterlab", "nbconvert"]  # notebooks, in order
+    assert "nbconvert==7.1" in pins  # 7.0 imports lxml.html.clean, gone from lxml 5.2 (pyproject.toml)
+    assert "pytest-xdist==3.0.2" in pins  # pinned as written: 3.0.0 is not on the index, and "==3.0" would ask for it
+
+
+def test_an_extra_not_declared_is_refused_by_name():
+    with pytest.raises(ValueError, match="no extra 'tests'"):
+        dependency_floors.floors(extras=("tests",))
 
 
 def test_the_oldest_python_is_the_one_the_floors_lane_looks_for():

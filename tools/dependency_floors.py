@@ -1,11 +1,12 @@
 """The oldest releases pyproject.toml allows, as pip constraints: what `.ci/versions` installs and tests.
 
-    python tools/dependency_floors.py python       # the oldest Python requires-python names: "3.11"
-    python tools/dependency_floors.py pins FILE    # each core dependency pinned at its floor, one a line, into FILE
+    python tools/dependency_floors.py python                   # the oldest Python requires-python names: "3.11"
+    python tools/dependency_floors.py pins FILE [EXTRA ...]    # each core dependency, and each of the extras named,
+                                                               # pinned at its floor, one a line, into FILE
 
-Every core dependency must declare its floor as NAME>=VERSION, and requires-python as >=3.N: a line in another form
-is refused by name (tests/test_dependency_floors.py holds the file to it), since a floor no lane installs is a claim
-nothing checks.
+Every core dependency, and every dependency of an extra named, must declare its floor as NAME>=VERSION (a release
+that exists: pip installs it as NAME==VERSION), and requires-python as >=3.N: a line in another form is refused by
+name (tests/test_dependency_floors.py holds the file to it), since a floor no lane installs is a claim nothing checks.
 """
 
 from __future__ import annotations
@@ -33,13 +34,20 @@ def oldest_python(path: Path = PYPROJECT) -> str:
     return found[1]
 
 
-def floors(path: Path = PYPROJECT) -> list[str]:
-    """["numpy==2.0", ...]: each of `dependencies` at its floor; ValueError naming a dependency without one."""
+def floors(path: Path = PYPROJECT, extras: tuple[str, ...] = ()) -> list[str]:
+    """["numpy==2.0", ...]: each of `dependencies`, then each dependency of `extras` in order, at its floor;
+    ValueError naming a dependency without one, or an extra pyproject.toml does not declare."""
+    declared = project(path)
+    given = list(declared["dependencies"])
+    for extra in extras:
+        if extra not in declared.get("optional-dependencies", {}):
+            raise ValueError(f"{path.name}: no extra {extra!r} in [project.optional-dependencies]")
+        given += declared["optional-dependencies"][extra]
     pins = []
-    for given in project(path)["dependencies"]:
-        found = _FLOOR.fullmatch(given.strip())
+    for line in given:
+        found = _FLOOR.fullmatch(line.strip())
         if not found:
-            raise ValueError(f"{path.name}: the dependency {given!r} names no floor as NAME>=VERSION")
+            raise ValueError(f"{path.name}: the dependency {line!r} names no floor as NAME>=VERSION")
         pins.append(f"{found[1]}=={found[2]}")
     return pins
 
@@ -48,12 +56,12 @@ def main(argv: list[str]) -> int:
     try:
         if argv[:1] == ["python"] and len(argv) == 1:
             print(oldest_python())
-        elif argv[:1] == ["pins"] and len(argv) == 2:
-            pins = floors()
+        elif argv[:1] == ["pins"] and len(argv) >= 2:
+            pins = floors(extras=tuple(argv[2:]))
             Path(argv[1]).write_text("\n".join(pins) + "\n")
             print(", ".join(pins))
         else:
-            print("usage:\n" + "\n".join(__doc__.strip().splitlines()[2:4]), file=sys.stderr)
+            print("usage:\n" + "\n".join(__doc__.strip().splitlines()[2:5]), file=sys.stderr)
             return 2
     except ValueError as e:
         print(f"dependency_floors: {e}", file=sys.stderr)
