@@ -1,5 +1,5 @@
 """pyproject.toml's floors are claims `.ci/versions` checks: it installs every core dependency, and every one of the
-test and notebooks extras, at the floor declared and runs the README's test selection on the oldest Python allowed.
+extras the README's test command installs, at the floor declared and runs those tests on the oldest Python allowed.
 It can only do so where each is written as it reads them (tools/dependency_floors.py); a dependency without a floor,
 or a requires-python of another form, is a claim nothing would check."""
 
@@ -23,13 +23,15 @@ def test_every_core_dependency_declares_the_floor_the_floors_lane_installs():
 
 
 def test_the_extras_the_floors_lane_installs_are_pinned_after_the_core():
-    pins = dependency_floors.floors(extras=("test", "notebooks"))
+    pins = dependency_floors.floors(extras=("test", "notebooks", "mpi"))
     assert pins[:5] == dependency_floors.floors()
     assert [pin.split("==")[0] for pin in pins[5:]] == [
         "pytest", "pytest-xdist", "hypothesis", "import-linter", "ruff", "safetensors", "mpmath",  # test, in order
-        "nbformat", "nbclient", "ipykernel", "ipywidgets", "jupyterlab", "nbconvert"]  # notebooks, in order
+        "nbformat", "nbclient", "ipykernel", "ipywidgets", "jupyterlab", "nbconvert",  # notebooks, in order
+        "mpi4py", "mpich"]  # mpi
     assert "nbconvert==7.1" in pins  # 7.0 imports lxml.html.clean, gone from lxml 5.2 (pyproject.toml)
     assert "pytest-xdist==3.0.2" in pins  # pinned as written: 3.0.0 is not on the index, and "==3.0" would ask for it
+    assert "mpi4py==4.1" in pins  # 3.1.6 no longer builds (pyproject.toml)
 
 
 def test_an_extra_not_declared_is_refused_by_name():
