@@ -198,7 +198,9 @@ def test_the_step_fits_on_one_screen_and_names_every_collective_of_a_stage_3_ste
 # ------------------------------------------------------------------------------------------ the layers
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
     """import-linter's contracts of pyproject.toml, run on the package under `root`."""
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    # its report is wrapped to COLUMNS (rich's console, not a terminal here): a narrow one, exported by a user's shell,
+    # split the line the tests read (seen with COLUMNS=40)
+    env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "200"}
     exe = shutil.which("lint-imports", path=os.path.dirname(sys.executable)) or shutil.which("lint-imports")
     assert exe, "import-linter is missing: pip install -e '.[test]'"
     return subprocess.run([exe, "--config", str(REPO / "pyproject.toml"), "--no-cache"], cwd=root, env=env,
