@@ -801,6 +801,20 @@ def test_every_check_meets_its_command_and_what_is_not_run_is_named():
     assert ignored.returncode == 0, "scratch/ must be ignored by git"
 
 
+@pytest.mark.parametrize("marker", ["main-command", "test-command"])
+def test_ci_runs_the_command_the_readme_shows(tmp_path, marker):
+    """`.ci/readme-command` (what .ci/run runs and .ci/versions reads its extras from) prints the README's own line,
+    as this file reads it; on a README that lost the marker it prints nothing and fails, naming the marker, so CI
+    never runs an empty command."""
+    ci = subprocess.run([ROOT / ".ci" / "readme-command", marker], capture_output=True, text=True, timeout=60)
+    assert (ci.returncode, ci.stdout) == (0, readme_marked(marker) + "\n"), ci.stderr
+    (tmp_path / ".ci").mkdir()
+    shutil.copy(ROOT / ".ci" / "readme-command", tmp_path / ".ci")
+    (tmp_path / "README.md").write_text((ROOT / "README.md").read_text().replace(f"<!-- {marker} -->", ""))
+    lost = subprocess.run([tmp_path / ".ci" / "readme-command", marker], capture_output=True, text=True, timeout=60)
+    assert (lost.returncode, lost.stdout) == (1, "") and f"<!-- {marker} -->" in lost.stderr, lost.stderr
+
+
 def test_the_readme_sweep_claims_beside_the_command(tmp_path):
     # The paragraph after the sweep command quotes three more runs: seed 004's schedule (no --comm fsdp), 32k tokens,
     # and one 2,048-token sequence per rank.
