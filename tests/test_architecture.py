@@ -197,13 +197,15 @@ def test_the_step_fits_on_one_screen_and_names_every_collective_of_a_stage_3_ste
 
 # ------------------------------------------------------------------------------------------ the layers
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
-    """import-linter's contracts of pyproject.toml, run on the package under `root`."""
+    """import-linter's contracts of pyproject.toml, run on the package under `root` (which holds that file: lint-imports
+    reads it from where it runs, with no option that import-linter 2.1 and 2.17 read alike; 2.17 deprecates
+    `--config`, 2.1 has no positional file)."""
     # its report is wrapped to COLUMNS (rich's console, not a terminal here): a narrow one, exported by a user's shell,
     # split the line the tests read (seen with COLUMNS=40)
     env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "200"}
     exe = shutil.which("lint-imports", path=os.path.dirname(sys.executable)) or shutil.which("lint-imports")
     assert exe, "import-linter is missing: pip install -e '.[test]'"
-    return subprocess.run([exe, "--config", str(REPO / "pyproject.toml"), "--no-cache"], cwd=root, env=env,
+    return subprocess.run([exe, "--no-cache"], cwd=root, env=env,
                           capture_output=True, text=True, timeout=HANG_TIMEOUT)
 
 
@@ -216,6 +218,7 @@ def test_imports_follow_the_layers():
 def test_an_import_against_the_layers_breaks_the_contract(tmp_path):
     # a copy of the package whose plan imports the checkpoint code, one layer up: the contract must break
     shutil.copytree(ROOT, tmp_path / "zerosim", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path)  # the contracts
     plan = tmp_path / "zerosim" / "parallel" / "data" / "_plan.py"
     plan.write_text(plan.read_text().replace("from zerosim._dataclass import dataclass",
                                              "from zerosim._dataclass import dataclass\nimport zerosim.checkpoint", 1))
