@@ -35,6 +35,27 @@ def test_the_extras_the_floors_lane_installs_are_pinned_after_the_core():
     assert "mpich==4.1.3" in pins  # before 4.1, mpiexec's status after Ctrl-C was 0 in some runs (pyproject.toml)
 
 
+def test_the_docs_extra_is_pinned_at_its_floors_without_its_own_extras():
+    """The floors lane builds the docs site at these (.ci/versions): NAME[EXTRAS] pins as NAME (pip refuses extras in
+    a constraints file) and a ceiling is read past."""
+    assert dependency_floors.floors(extras=("docs",))[5:] == [
+        "mkdocs==1.6",  # "mkdocs>=1.6,<2": MkDocs 2 drops the plugins (pyproject.toml)
+        "mkdocs-material==9.5",  # "mkdocs-material>=9.5,<10"
+        "mkdocstrings==0.30"]  # "mkdocstrings[python]>=0.30": 0.26 and 0.29 fail beside today's releases
+
+
+@pytest.mark.parametrize("written, pin", [
+    ("numpy>=2.0", "numpy==2.0"),
+    ("numpy >= 2.0", "numpy==2.0"),
+    ("numpy>=2.0,<3", "numpy==2.0"),  # a ceiling after the floor
+    ("mkdocstrings[python]>=0.30", "mkdocstrings==0.30"),  # the extra dropped from the pin
+    ("mkdocstrings[python,foo]>=0.30,<2", "mkdocstrings==0.30"),
+])
+def test_each_form_of_a_floor_pins_as_name_equals_version(tmp_path, written, pin):
+    path = tmp_path / "pyproject.toml"
+    path.write_text(f'[project]\nrequires-python = ">=3.11"\ndependencies = ["{written}"]\n')
+    assert dependency_floors.floors(path) == [pin]
+
 def test_an_extra_not_declared_is_refused_by_name():
     with pytest.raises(ValueError, match="no extra 'tests'"):
         dependency_floors.floors(extras=("tests",))
@@ -47,6 +68,8 @@ def test_the_oldest_python_is_the_one_the_floors_lane_looks_for():
 @pytest.mark.parametrize("written, why", [
     ('dependencies = ["numpy"]', "names no floor"),
     ('dependencies = ["numpy<3"]', "names no floor"),
+    ('dependencies = ["numpy<3,>=2.0"]', "names no floor"),  # the ceiling first: not the form the lane reads
+    ('dependencies = ["numpy>=2.0,!=2.1"]', "names no floor"),  # an exclusion the pin would not honour
     ('dependencies = ["numpy>=2.0; python_version >= \'3.11\'"]', "names no floor"),
 ])
 def test_a_dependency_without_a_floor_is_refused_by_name(tmp_path, written, why):

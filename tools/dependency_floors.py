@@ -5,7 +5,8 @@
                                                                # pinned at its floor, one a line, into FILE
 
 Every core dependency, and every dependency of an extra named, must declare its floor as NAME>=VERSION (a release
-that exists: pip installs it as NAME==VERSION), and requires-python as >=3.N: a line in another form is refused by
+that exists: pip installs it as NAME==VERSION; NAME[EXTRAS] and a ceiling ",<VERSION" after it are read too), and
+requires-python as >=3.N: a line in another form is refused by
 name (tests/test_dependency_floors.py holds the file to it), since a floor no lane installs is a claim nothing checks.
 """
 
@@ -17,7 +18,9 @@ import tomllib
 from pathlib import Path
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
-_FLOOR = re.compile(r"([A-Za-z0-9_.-]+)\s*>=\s*([0-9]+(?:\.[0-9]+)*)")
+# NAME, or NAME[EXTRAS], then >=VERSION, then at most a ceiling ",<VERSION" (the docs extra's "mkdocs>=1.6,<2"); the
+# pin drops the EXTRAS, which pip refuses in a constraints file (the install's own requirement still asks for them)
+_FLOOR = re.compile(r"([A-Za-z0-9_.-]+)(?:\[[A-Za-z0-9_,.-]+\])?\s*>=\s*([0-9]+(?:\.[0-9]+)*)(?:\s*,\s*<\s*[0-9.]+)?")
 
 
 def project(path: Path = PYPROJECT) -> dict:
