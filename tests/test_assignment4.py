@@ -88,6 +88,18 @@ def test_the_reference_scores_every_point_in_the_sandbox(torch):
 
 
 @pytest.mark.slow
+def test_torch_is_loaded_before_the_submission_runs(torch, tmp_path):
+    """The sandbox's child has torch loaded (with the harness, before it arms the policy) when a submission's first
+    line imports it: a CUDA build's import starts a process (`ldconfig -p`), which the policy would otherwise note as
+    the learner's (torch 2.12.1 and 2.14.1 from PyPI). Checked on any build: a submission that asserts it at its top
+    still scores every point."""
+    solution = tmp_path / "solution.py"
+    solution.write_text('import sys\nassert "torch" in sys.modules, "torch was not loaded before this file ran"\n'
+                        + (KIT / "solution.py").read_text())
+    r = sandboxed(solution, only=["ring_all_gather"])
+    assert r["score"] > 0 and "torch was not loaded" not in json.dumps(r), r
+
+@pytest.mark.slow
 def test_in_a_notebook_the_same_checks_take_plain_functions(torch):
     failed = {name: r.counterexample for name, r in grades(KIT / "solution.py").items() if not r.passed}
     assert failed == {}

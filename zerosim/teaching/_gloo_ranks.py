@@ -9,9 +9,9 @@ send it makes recorded: the harnesses assignment 4's checks run the learner's fu
 Where they run. In a notebook, in the grading process itself. Under the grader's sandbox, in its child, beside the
 learner's code: the learner's function lives there, and torch tensors cannot cross the sandbox's pipe. The policy
 names them (zerosim/teaching/sandbox/_policy.py, `harnesses`) and the child imports this module before it arms the
-policy, so it imports nothing of zerosim at its top beyond the sandbox's face; torch is imported when a case runs (it
-is the `parity` extra). What they are given and return is data: numpy arrays (the grader's model as torch.save's
-bytes), numbers, strings, lists.
+policy, so it imports nothing of zerosim at its top beyond the sandbox's face; torch (the `parity` extra) it imports at
+its top where installed, so that torch is loaded before the learner's code runs (below). What they are given and
+return is data: numpy arrays (the grader's model as torch.save's bytes), numbers, strings, lists.
 
 How. Each rank is a child of the calling process made by `fork`, so the learner's function is there without being
 pickled or imported by name; each joins one gloo process group through a file store in a temporary folder (under
@@ -41,7 +41,16 @@ import numpy as np
 
 from zerosim.teaching.sandbox import merge, own_processes, records
 
+try:  # torch (the parity extra), loaded with this module: the sandbox's child imports its harnesses before it arms
+    # the policy, so a submission's own `import torch` (the starter's first line) finds it loaded. A CUDA build's
+    # import runs `/sbin/ldconfig -p` (ctypes.util.find_library, called by its cuda-pathfinder), a process the policy
+    # would note as the learner's: torch 2.12.1 and 2.14.1 from PyPI made the reference read "your code started a
+    # process (subprocess.Popen)" (2026-11-29); a CPU build starts none
+    import torch as _loaded_now  # noqa: F401
+except ImportError:  # each case says how to install it
+    pass
 TIMEOUT = 30.0  # seconds for every rank of one case: a correct solution takes well under one
+GRACE = 2.0  # seconds the other ranks have to report once one has failed
 
 
 class RanksFailed(Exception):
@@ -106,10 +115,13 @@ def on_gloo(run, world: int, learner, timeout: float | None = None) -> list:
         for _, w in pipes:
             w.close()  # each rank holds its own end: one that ends without a word closes it
         waiting, got, deadline = {pipes[r][0]: r for r in range(world)}, {}, time.monotonic() + timeout
+        failed = None  # the first rank's failure to arrive: the others' often follow from it (a peer gone)
         try:
             while waiting:
                 ready = connection.wait(list(waiting), timeout=max(0.0, deadline - time.monotonic()))
                 if not ready:
+                    if failed:
+                        break
                     stuck = sorted(waiting.values())
                     raise RanksFailed(f"rank(s) {stuck} had not returned after {timeout:g} s: a deadlock? (a "
                                       "blocking dist.send waits for its dist.recv: if every rank sends first, none "
@@ -120,12 +132,21 @@ def on_gloo(run, world: int, learner, timeout: float | None = None) -> list:
                         ok, value, recorded = conn.recv()
                     except (EOFError, OSError):
                         procs[r].join(timeout=5)
-                        raise RanksFailed(f"rank {r}'s process ended (exit status {procs[r].exitcode}) before it "
-                                          "returned") from None
+                        ok, recorded = False, ([], [])
+                        value = f"rank {r}'s process ended (exit status {procs[r].exitcode}) before it returned"
+                    else:
+                        value = value if ok else f"on rank {r}: {value}"
                     merge(*recorded)
-                    if not ok:
-                        raise RanksFailed(f"on rank {r}: {value}")
-                    got[r] = value
+                    if ok:
+                        got[r] = value
+                    elif failed is None:
+                        # the others' records still count (a call the policy refused there): read what they say
+                        # within a moment. A rank that left early can fail a peer still joining the group (torch
+                        # 2.14's "Gloo connectFullMesh failed ... Connection closed by peer" on rank 0 while ranks
+                        # 1-3 had been refused a call), and rank 0's line alone hid the refusal (2026-11-29)
+                        failed, deadline = value, min(deadline, time.monotonic() + GRACE)
+            if failed:
+                raise RanksFailed(failed)
         finally:
             for p in procs:
                 if p.is_alive():
