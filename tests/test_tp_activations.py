@@ -329,5 +329,6 @@ def test_parity_torchs_loss_parallel_peak(monkeypatch):
     monkeypatch.setenv("MASTER_PORT", str(port))
     queue = mp.get_context("spawn").SimpleQueue()
     mp.spawn(_loss_peaks_on_gloo, args=(2, queue), nprocs=2)
-    assert queue.get() == TORCH_LOSS_PEAK  # the numbers the default lane holds zerosim to
-    assert torch.__version__.startswith("2.13")  # where they were measured
+    # the numbers the default lane holds zerosim to, measured with torch 2.13.0 (the parity extra's floor); 2.12.1 and
+    # 2.14.1 measure the same
+    assert queue.get() == TORCH_LOSS_PEAK, torch.__version__

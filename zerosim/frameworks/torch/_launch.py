@@ -10,10 +10,27 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import tempfile
 import traceback
 
-MIN_TORCH = (2, 4)  # fully_shard and ZeroRedundancyOptimizer as the parity kit uses them
+
+
+def torch_floor() -> tuple:
+    """The oldest torch the parity kit runs on, as (major, minor, ...): the floor of the `parity` extra, read from
+    zerosim's installed metadata, so that pyproject.toml is the one place it is written (and says why); () where
+    zerosim runs uninstalled and has no metadata."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        wanted = requires("zerosim") or []
+    except PackageNotFoundError:
+        return ()
+    for requirement in wanted:
+        found = re.fullmatch(r'torch\s*>=\s*([0-9.]+)\s*;\s*extra\s*==\s*"parity"', requirement)
+        if found:
+            return tuple(int(part) for part in found.group(1).split("."))
+    return ()
 
 
 class TorchMissing(RuntimeError):
@@ -28,9 +45,11 @@ def require_torch():
         raise TorchMissing("the parity kit needs torch (the 'parity' extra); a CPU build is enough, gloo runs "
                            "on the CPU: pip install torch --index-url https://download.pytorch.org/whl/cpu, "
                            "then pip install -e '.[parity]'") from None
-    version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
-    if version < MIN_TORCH:
-        raise TorchMissing(f"the parity kit needs torch >= {'.'.join(map(str, MIN_TORCH))}, found {torch.__version__}")
+    floor = torch_floor()
+    version = tuple(int(part) for part in re.findall(r"\d+", torch.__version__.split("+")[0])[:len(floor)])
+    if version < floor:
+        raise TorchMissing(f"the parity kit needs torch >= {'.'.join(map(str, floor))} (the 'parity' extra), found "
+                           f"{torch.__version__}: pip install -e '.[parity]'")
     return torch
 
 
