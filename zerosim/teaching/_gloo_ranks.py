@@ -49,8 +49,9 @@ try:  # torch (the parity extra), loaded with this module: the sandbox's child i
     import torch as _loaded_now  # noqa: F401
 except ImportError:  # each case says how to install it
     pass
+
 TIMEOUT = 30.0  # seconds for every rank of one case: a correct solution takes well under one
-GRACE = 2.0  # seconds the other ranks have to report once one has failed
+GRACE = 5.0  # seconds the other ranks have to report once one has failed (they end at once unless deadlocked)
 
 
 class RanksFailed(Exception):

@@ -15,7 +15,6 @@ import tempfile
 import traceback
 
 
-
 def torch_floor() -> tuple:
     """The oldest torch the parity kit runs on, as (major, minor, ...): the floor of the `parity` extra, read from
     zerosim's installed metadata, so that pyproject.toml is the one place it is written (and says why); () where
