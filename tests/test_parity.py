@@ -101,6 +101,8 @@ def test_a_torch_below_the_extras_floor_is_one_clear_line(monkeypatch, capsys):
                           f"found {major}.{minor - 1}.9+cpu") and "\n" not in err, err
     fake.__version__ = f"{floor}+cpu"
     assert require_torch() is fake
+    page = (Path(__file__).parent.parent / "docs" / "how-to" / "compare-with-torch.md").read_text()
+    assert f"A CPU build of torch is enough, {floor} or newer" in " ".join(page.split())  # what the page tells users
 
 @pytest.mark.bad_input("command line")
 def test_a_bad_rank_count_is_refused(capsys):
