@@ -48,7 +48,8 @@ def require_torch():
     version = tuple(int(part) for part in re.findall(r"\d+", torch.__version__.split("+")[0])[:len(floor)])
     if version < floor:
         raise TorchMissing(f"the parity kit needs torch >= {'.'.join(map(str, floor))} (the 'parity' extra), found "
-                           f"{torch.__version__}: pip install -e '.[parity]'")
+                           f"{torch.__version__}: a CPU build is enough, pip install --upgrade torch --index-url "
+                           "https://download.pytorch.org/whl/cpu")
     return torch
 
 
