@@ -43,9 +43,10 @@ from zerosim.teaching.sandbox import merge, own_processes, records
 
 try:  # torch (the parity extra), loaded with this module: the sandbox's child imports its harnesses before it arms
     # the policy, so a submission's own `import torch` (the starter's first line) finds it loaded. A CUDA build's
-    # import runs `/sbin/ldconfig -p` (ctypes.util.find_library, called by its cuda-pathfinder), a process the policy
-    # would note as the learner's: torch 2.12.1 and 2.14.1 from PyPI made the reference read "your code started a
-    # process (subprocess.Popen)" (2026-11-29); a CPU build starts none
+    # import runs `/sbin/ldconfig -p` (ctypes.util.find_library("dl"), called at import by cuda-pathfinder's
+    # cuda/pathfinder/_dynamic_libs/load_dl_linux.py, `_load_libdl`, installed beside torch 2.14.1's CUDA wheel), a
+    # process the policy would note as the learner's: torch 2.12.1 and 2.14.1 from PyPI made the reference read
+    # "your code started a process (subprocess.Popen)" (2026-11-29); a CPU build starts none
     import torch as _loaded_now  # noqa: F401
 except ImportError:  # each case says how to install it
     pass
