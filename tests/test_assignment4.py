@@ -99,6 +99,7 @@ def test_torch_is_loaded_before_the_submission_runs(torch, tmp_path):
     r = sandboxed(solution, only=["ring_all_gather"])
     assert r["score"] > 0 and "torch was not loaded" not in json.dumps(r), r
 
+
 @pytest.mark.slow
 def test_in_a_notebook_the_same_checks_take_plain_functions(torch):
     failed = {name: r.counterexample for name, r in grades(KIT / "solution.py").items() if not r.passed}

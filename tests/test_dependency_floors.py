@@ -56,6 +56,7 @@ def test_each_form_of_a_floor_pins_as_name_equals_version(tmp_path, written, pin
     path.write_text(f'[project]\nrequires-python = ">=3.11"\ndependencies = ["{written}"]\n')
     assert dependency_floors.floors(path) == [pin]
 
+
 def test_an_extra_not_declared_is_refused_by_name():
     with pytest.raises(ValueError, match="no extra 'tests'"):
         dependency_floors.floors(extras=("tests",))

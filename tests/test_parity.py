@@ -81,7 +81,7 @@ def test_the_kit_without_torch_is_one_clear_line(monkeypatch, capsys):
 @pytest.mark.bad_input("command line")
 def test_a_torch_below_the_extras_floor_is_one_clear_line(monkeypatch, capsys):
     """The floor the kit checks is pyproject.toml's (read here with tomllib, apart from the kit's reading of the
-    installed metadata): a torch one minor release below it is refused by `zerosim parity` in one line naming the
+    installed metadata): a torch just below it is refused by `zerosim parity` in one line naming the
     floor; one at the floor is taken."""
     import tomllib
     import types
@@ -90,19 +90,21 @@ def test_a_torch_below_the_extras_floor_is_one_clear_line(monkeypatch, capsys):
     extra = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"]
     floor = [r for r in extra["optional-dependencies"]["parity"] if r.startswith("torch")][0].split(">=")[1]
     major, minor = (int(part) for part in floor.split(".")[:2])
+    below = f"{major}.{minor - 1}.9+cpu" if minor else f"{major - 1}.99.9+cpu"  # the last release before the floor
     fake = types.ModuleType("torch")
-    fake.__version__ = f"{major}.{minor - 1}.9+cpu"
+    fake.__version__ = below
     monkeypatch.setitem(sys.modules, "torch", fake)
     from zerosim.cli.main import main
 
     assert main(["parity", "--ranks", "2", "--steps", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"zerosim parity: error: the parity kit needs torch >= {floor} (the 'parity' extra), "
-                          f"found {major}.{minor - 1}.9+cpu") and "\n" not in err, err
+                          f"found {below}") and "\n" not in err, err
     fake.__version__ = f"{floor}+cpu"
     assert require_torch() is fake
     page = (Path(__file__).parent.parent / "docs" / "how-to" / "compare-with-torch.md").read_text()
     assert f"A CPU build of torch is enough, {floor} or newer" in " ".join(page.split())  # what the page tells users
+
 
 @pytest.mark.bad_input("command line")
 def test_a_bad_rank_count_is_refused(capsys):

@@ -6,8 +6,8 @@
 
 Every core dependency, and every dependency of an extra named, must declare its floor as NAME>=VERSION (a release
 that exists: pip installs it as NAME==VERSION; NAME[EXTRAS] and a ceiling ",<VERSION" after it are read too), and
-requires-python as >=3.N: a line in another form is refused by
-name (tests/test_dependency_floors.py holds the file to it), since a floor no lane installs is a claim nothing checks.
+requires-python as >=3.N: a line in another form is refused by name (tests/test_dependency_floors.py holds the file to
+it), since a floor no lane installs is a claim nothing checks.
 """
 
 from __future__ import annotations
