@@ -256,6 +256,10 @@ def test_what_the_sweeps_read_still_changes_them():
     (("lint", "--trace-log", "SCRATCH.log"), "--trace-log: lint trains no run of its own to save, log or print"),
     (("lint", "--steps", "7"), "--steps: lint trains no run"), (("lint", "--overwrite"), "--overwrite: lint"),
     (("lint", "--save-every", "2", "--print-every", "3"), "--print-every, --save-every: lint trains no run"),
+    # was: rc 0, a flag of value 0 taken for one not given (0 == False: zerosim/cli/given.py), 2026-11-29 walk
+    (("lint", "--steps", "0"), "--steps: lint trains no run"), (("lint", "--save-every", "0"), "--save-every: lint"),
+    ((*SWEEP, "--link-alpha", "0"), "--sweep does not read --link-alpha"),
+    ((*MEM, "--virtual-stages", "0"), "--virtual-stages says how many stages each pipeline rank holds: give --pp"),
 ])
 def test_flags_found_silent_by_probing_are_refused(argv, words, tmp_path):
     refused([str(tmp_path / a) if a.startswith("SCRATCH") else a for a in argv], words)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 
+from zerosim.cli.given import given
+
 HELP = "name the silent numerics traps in a training configuration, each with its framework source and a user thread"
 
 MEASURE = 5  # steps each measured trap trains beside its way out
@@ -39,11 +41,11 @@ def run(args) -> int:
 
     if args.measure < 0:
         raise ValueError(f"--measure must be 0 or more steps, got {args.measure}")
-    given = [f"--{f.replace('_', '-')}" for f in UNREAD if getattr(args, f) not in (None, False)]
-    if given:  # was: accepted and dropped, a --save or --trace-log never written (a walk over lint's flags)
-        raise ValueError(f"{', '.join(given)}: lint trains no run of its own to save, log or print; each measured "
+    unread = [f"--{f.replace('_', '-')}" for f in UNREAD if given(getattr(args, f))]
+    if unread:  # was: accepted and dropped, a --save or --trace-log never written (a walk over lint's flags)
+        raise ValueError(f"{', '.join(unread)}: lint trains no run of its own to save, log or print; each measured "
                          "trap trains --measure S steps beside its way out and writes nothing: drop "
-                         f"{'it' if len(given) == 1 else 'them'} (or run zerosim train)")
+                         f"{'it' if len(unread) == 1 else 'them'} (or run zerosim train)")
     for f, v in args.train_defaults.items():  # the configuration linted is train's with its defaults
         setattr(args, f, v)
     config, ds = _configuration(args)

@@ -44,6 +44,7 @@ one value each.
 from __future__ import annotations
 
 from zerosim.cli import choices
+from zerosim.cli.given import given
 
 FRAMEWORK_LAYOUT = {"fsdp": "torchtitan"}  # --comm -> the TP layout of the framework that runs that schedule
 CP_STYLES, CP_SPLITS = choices.CP_STYLES, choices.CP_SPLITS  # the library's tables (the CLI imports no engine at
@@ -105,8 +106,8 @@ def add_parallel_arguments(p, several: bool = False, async_tp: bool = False) -> 
 
 def layout_of(args) -> str:
     """--tp-layout, or the layout of the framework --comm names (FRAMEWORK_LAYOUT; Megatron's otherwise)."""
-    given = getattr(args, "tp_layout", None)
-    return given if given is not None else FRAMEWORK_LAYOUT.get(getattr(args, "comm", None), "megatron")
+    layout = getattr(args, "tp_layout", None)
+    return layout if layout is not None else FRAMEWORK_LAYOUT.get(getattr(args, "comm", None), "megatron")
 
 
 def spec_of(args, ranks: int | None, ranks_flag: str = "--ranks"):
@@ -122,9 +123,9 @@ def spec_of(args, ranks: int | None, ranks_flag: str = "--ranks"):
                "async_tp": bool(getattr(args, "async_tp", False)), "cp_style": getattr(args, "cp_style", None),
                "cp_split": getattr(args, "cp_split", None), "pp_schedule": getattr(args, "pp_schedule", None),
                "virtual_stages": getattr(args, "virtual_stages", None), "pp_split": getattr(args, "pp_split", None)}
-    given = {k for k, v in options.items() if v not in (None, False)}
+    chosen = {k for k, v in options.items() if given(v)}
     asked = ParallelSpec(tp=tp, cp=cp, pp=pp, **{k: v for k, v in options.items() if v is not None})
-    asked.check(ranks, _names(ranks_flag), given)
+    asked.check(ranks, _names(ranks_flag), chosen)
     _check_megatron_kernels(args, tp)
     return replace(asked, tp_layout=layout_of(args) if tp > 1 else None)
 
@@ -161,9 +162,9 @@ def micro_batches_of(args) -> int:
     """M, the micro-batches per step per data-parallel rank: --accumulation-steps, or beside --pp P the P of
     torchtitan's default (`pipeline_parallel_microbatches or parallel_dims.pp`, parallelisms/pipeline_llama.py at
     9dec370), else 1."""
-    given = getattr(args, "accumulation_steps", None)
-    if given is not None:
-        return given
+    steps = getattr(args, "accumulation_steps", None)
+    if steps is not None:
+        return steps
     pp = getattr(args, "pp", None)
     return pp if isinstance(pp, int) and not isinstance(pp, bool) and pp > 1 else 1
 

@@ -46,6 +46,7 @@ import os
 from dataclasses import replace
 
 from zerosim.cli.efficiency_args import add_efficiency_arguments, links_from_args, time_model_from_args
+from zerosim.cli.given import given
 from zerosim.cli.offload_args import (
     add_offload_arguments,
     host_from_args,
@@ -217,7 +218,7 @@ def _refuse_unread_by_sweep(args, strategies) -> None:
     """Refuse the flags `--sweep` would run without reading (they changed nothing: found by a walk that adds each flag
     to a sweep and compares the output), naming each and why."""
     why = [(f"--{a.replace('_', '-')}", reason) for attrs, reason in SWEEP_FIXES for a in attrs
-           if getattr(args, a, None) not in (None, False)]
+           if given(getattr(args, a, None))]
     if not strategies:  # the stages' sweep runs every stage on one tier of link
         why += [(flag, reason) for flag, v, reason in (
             ("--stage", args.stage, "it runs stages 1, 2 and 3 itself"),

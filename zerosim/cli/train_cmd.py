@@ -231,6 +231,7 @@ def _check_run(args) -> int | None:
 
         ranks = world_size_from_environment()
     for flag, value, ok, want in (("--print-every", args.print_every, args.print_every >= 1, ">= 1"),
+                                  ("--save-every", args.save_every, args.save_every >= 0, ">= 0"),
                                   ("--seed", args.seed, args.seed is None or args.seed >= 0, ">= 0"),
                                   ("--lr", args.lr, args.lr is None or (math.isfinite(args.lr) and args.lr >= 0),
                                    "a finite number >= 0")):

@@ -58,15 +58,15 @@ class ParallelSpec:
     pp_split: str = "torchtitan"  # with pp > 1: where the layers are cut (parallel/pipeline RULES)
 
     def check(self, world_size: int | None = None, names: dict = API, given=None) -> "ParallelSpec":
-        """Every choice checked, naming it as `names` spells it (FLAGS on the command line): degrees positive
-        integers whose product divides the world, each option only beside its degree (`given`: the options the
-        caller set, default those not at their default), the combinations zerosim does not model refused. Returns
-        itself."""
+        """Every choice checked, naming it as `names` spells it (FLAGS on the command line): the world's size (None:
+        not known yet) and the degrees positive integers, their product dividing the world, each option only beside
+        its degree (`given`: the options the caller set, default those not at their default), the combinations
+        zerosim does not model refused. Returns itself."""
         def name(field):
             return names.get(field, field)
 
-        for field in DEGREES:
-            value = getattr(self, field)
+        world = {} if world_size is None else {"world_size": world_size}
+        for field, value in {**{d: getattr(self, d) for d in DEGREES}, **world}.items():
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name(field)} must be a positive integer, got {value!r}")
         beside = {  # option -> (its degree, what it does, why more)
