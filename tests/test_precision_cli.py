@@ -107,10 +107,10 @@ def test_train_with_a_recipe_gives_the_oracles_losses(stage, recipe, allreduce):
 
 @pytest.mark.bad_input("command line")
 @pytest.mark.parametrize("args, message", [
-    (["--loss-scale", "fast"], "unknown loss_scale 'fast'; give a number > 0 or one of torch, dynamic, deepspeed"),
-    (["--loss-scale", "-8"], "loss_scale must be a positive finite number"),
+    (["--loss-scale", "fast"], "--loss-scale takes a number > 0 or one of torch, dynamic, deepspeed, got 'fast'"),
+    (["--loss-scale", "-8"], "--loss-scale takes a number > 0 or one of torch, dynamic, deepspeed, got '-8'"),
     (["--scale-window", "5"], "--scale-window needs a dynamic --loss-scale"),
-    (["--loss-scale", "torch", "--scale-window", "0"], "growth_interval must be an integer >= 1"),
+    (["--loss-scale", "torch", "--scale-window", "0"], "--scale-window must be at least 1, got 0"),
     (["--clip-grad", "-1"], "--clip-grad must be a finite number > 0"),
     (["--reduction", "ddp", "--stage", "2"], "reduction 'ddp' follows"),
 ])

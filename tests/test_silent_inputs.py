@@ -260,6 +260,11 @@ def test_what_the_sweeps_read_still_changes_them():
     (("lint", "--steps", "0"), "--steps: lint trains no run"), (("lint", "--save-every", "0"), "--save-every: lint"),
     ((*SWEEP, "--link-alpha", "0"), "--sweep does not read --link-alpha"),
     ((*MEM, "--virtual-stages", "0"), "--virtual-stages says how many stages each pipeline rank holds: give --pp"),
+    # was: rc 0, an empty list taken for the flag left out (plan's --micro-batches, --pp-schedule, --virtual-stages)
+    ((*PLAN, "--micro-batches="), "--micro-batches must be comma-separated integers, got ''"),
+    ((*PLAN, "--pp-schedule="), "--pp-schedule says in which order a pipeline runs its micro-batches: give --pp"),
+    ((*PLAN, "--pp", "2", "--pp-schedule="), "--pp-schedule takes comma-separated schedules of"),
+    ((*PLAN, "--virtual-stages="), "--virtual-stages says how many stages each pipeline rank holds: give --pp"),
 ])
 def test_flags_found_silent_by_probing_are_refused(argv, words, tmp_path):
     refused([str(tmp_path / a) if a.startswith("SCRATCH") else a for a in argv], words)

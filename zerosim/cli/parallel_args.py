@@ -269,8 +269,7 @@ def specs_of(args, ranks: int, ranks_flag: str = "--gpus") -> tuple:
                                ("--pp-schedule", "pp", "says in which order a pipeline runs its micro-batches"),
                                ("--virtual-stages", "pp", "says how many stages each pipeline rank holds"),
                                ("--pp-split", "pp", "says where the layers are cut into stages")):
-        given = getattr(args, flag[2:].replace("-", "_"), None)
-        if given and max(lists[degree]) == 1:
+        if given(getattr(args, flag[2:].replace("-", "_"), None)) and max(lists[degree]) == 1:  # "" too
             raise ValueError(f"{flag} {what}: give --{degree} degrees above 1 with it")
     _check_megatron_kernels(args, max(lists["tp"]))  # every row of the plan is timed with one kernels choice
     # read (and the pipeline's schedules imported) only where a --pp degree is above 1: the flags that need one were
@@ -294,17 +293,18 @@ def _pipelines(args) -> tuple:
     from zerosim.parallel import ParallelSpec
     from zerosim.parallel.pipeline import SCHEDULES
 
-    text = getattr(args, "pp_schedule", None) or ParallelSpec().pp_schedule
+    text = getattr(args, "pp_schedule", None)
+    text = ParallelSpec().pp_schedule if text is None else text  # "" is given: refused below as no schedule
     schedules = tuple(dict.fromkeys(x.strip() for x in text.split(",")))
     unknown = [x for x in schedules if x not in SCHEDULES]
     if unknown:
         raise ValueError(f"--pp-schedule takes comma-separated schedules of {', '.join(SCHEDULES)}; got {unknown[0]!r}")
-    given = getattr(args, "virtual_stages", None)
-    virtuals = (None,) if given is None else degrees(given, "--virtual-stages")
+    counts = getattr(args, "virtual_stages", None)
+    virtuals = (None,) if counts is None else degrees(counts, "--virtual-stages")
     looped = [x for x in schedules if SCHEDULES[x].default_virtual > 1]
-    if given is not None and not looped:
-        raise ValueError(f"--virtual-stages {given} counts the stages a rank of interleaved-1f1b or zero-bubble holds; "
-                         f"--pp-schedule {text} runs one a rank: add one of those schedules")
+    if counts is not None and not looped:
+        raise ValueError(f"--virtual-stages {counts} counts the stages a rank of interleaved-1f1b or zero-bubble "
+                         f"holds; --pp-schedule {text} runs one a rank: add one of those schedules")
     return tuple((x, v) for x in schedules for v in (virtuals if x in looped else (None,)))
 
 

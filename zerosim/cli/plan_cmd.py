@@ -235,7 +235,7 @@ def _check_flags(args) -> tuple:
         raise ValueError(f"--top must be at least 1, got {args.top}")
     if args.figure is not None:  # before the planning, which takes seconds to minutes (zerosim/outputs.py)
         check_file(args.figure, "--figure", (".png",))
-    micro = _ints(args.micro_batches, "--micro-batches") if args.micro_batches else None
+    micro = _ints(args.micro_batches, "--micro-batches") if args.micro_batches is not None else None  # "" refused
     if micro is not None and min(micro) < 1:
         raise ValueError(f"--micro-batches must be at least 1, got {args.micro_batches!r}")
     return config, micro, jobs_from_args(args)

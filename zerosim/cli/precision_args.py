@@ -40,13 +40,10 @@ def precision_from_arguments(args, precision):
     checks them)."""
     changes = {}
     if args.loss_scale is not None:
-        scale = args.loss_scale
-        try:
-            scale = float(scale)
-        except ValueError:
-            pass
-        changes["loss_scale"] = scale
+        changes["loss_scale"] = loss_scale_of(args.loss_scale)
     if args.scale_window is not None:
+        if args.scale_window < 1:
+            raise ValueError(f"--scale-window must be at least 1, got {args.scale_window}")
         kind = changes.get("loss_scale", precision.loss_scale)
         if not isinstance(kind, str):
             raise ValueError("--scale-window needs a dynamic --loss-scale (torch, dynamic or deepspeed)")
@@ -62,6 +59,22 @@ def precision_from_arguments(args, precision):
     if args.clip_grad is not None and not (math.isfinite(args.clip_grad) and args.clip_grad > 0):
         raise ValueError(f"--clip-grad must be a finite number > 0, got {args.clip_grad}")
     return precision.with_(**changes) if changes else precision
+
+
+def loss_scale_of(text: str):
+    """--loss-scale's value, a scaler's name (the policy's LOSS_SCALERS) or a finite number > 0, refused by the flag's
+    name otherwise (train's and replay's)."""
+    from zerosim.precision import LOSS_SCALERS
+
+    if text.lower() in LOSS_SCALERS:
+        return text
+    try:
+        scale = float(text)
+    except ValueError:
+        scale = math.nan
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"--loss-scale takes a number > 0 or one of {', '.join(LOSS_SCALERS)}, got {text!r}")
+    return scale
 
 
 def describe_precision_options(args, precision) -> str:

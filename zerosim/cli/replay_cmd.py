@@ -125,7 +125,7 @@ def _run_context(args) -> int:
 
 
 def run(args) -> int:
-    from zerosim.precision import LOSS_SCALERS
+    from zerosim.cli.precision_args import loss_scale_of
     from zerosim.replay import MAX_STEPS, narrate, replay
 
     if args.cp is not None:
@@ -149,14 +149,7 @@ def run(args) -> int:
     if not 1 <= args.steps <= MAX_STEPS:  # before anything runs (a long replay printed nothing for minutes)
         raise ValueError(f"--steps must be 1..{MAX_STEPS}, got {args.steps}: the replay narrates every step (about 10 "
                          "lines each, 60 with --exact); `zerosim train --steps N` trains for long")
-    scale = args.loss_scale
-    if scale is not None and scale.lower() not in LOSS_SCALERS:
-        try:
-            scale = float(scale)
-        except ValueError:
-            raise ValueError(
-                f"--loss-scale takes a number > 0 or one of {', '.join(LOSS_SCALERS)}, got {scale!r}"
-            ) from None
+    scale = None if args.loss_scale is None else loss_scale_of(args.loss_scale)
     result = replay(
         stage=args.stage,
         precision=args.precision,
