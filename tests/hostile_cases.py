@@ -621,6 +621,8 @@ def cases() -> list:
         Case("replay", "--loss-scale nan", ("replay", "--loss-scale", "nan"), ("--loss-scale",)),
         Case("training", "train --loss-scale nan", (*TRAIN, "--loss-scale", "nan"), ("--loss-scale",)),
         Case("training", "train --loss-scale -1", (*TRAIN, "--loss-scale", "-1"), ("--loss-scale",)),
+        Case("training", "parity --steps 0", ("parity", "--steps", "0"), ("--steps",)),
+        Case("training", "parity --widths 4", ("parity", "--widths", "4"), ("--widths",)),
         Case("replay", "--loss-scale abc", ("replay", "--loss-scale", "abc"), ("abc",)),
         Case("replay", "--loss-scale 1e39", ("replay", "--loss-scale", "1e39"), ("fp32",)),
         Case("replay", "--precision bogus", ("replay", "--precision", "bogus"), ("--precision",)),

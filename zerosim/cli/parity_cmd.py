@@ -44,6 +44,10 @@ def add_arguments(p) -> None:
 def _check(args) -> None:
     if args.ranks < 1 or args.ranks > 16:
         raise ValueError(f"--ranks must be between 1 and 16 (one CPU process each), got {args.ranks}")
+    if args.steps < 1:  # before torch is looked for: the flags' names, not the kit's arguments'
+        raise ValueError(f"--steps must be at least 1, got {args.steps}")
+    if len(args.widths) < 2 or min(args.widths) < 1:
+        raise ValueError(f"--widths takes at least two positive layer widths, got {' '.join(map(str, args.widths))}")
     if args.fsdp and args.optimizer != "ddp":
         raise ValueError("--fsdp and --optimizer zero1 are two different runs: pick one")
     if args.fsdp and args.reduction != "gloo":
