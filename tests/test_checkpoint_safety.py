@@ -91,10 +91,14 @@ def test_consolidate_refuses_a_link_into_the_checkpoint_and_a_folder(ckpt, capsy
     before = snapshot(ckpt)
     link = ckpt.parent / "link.safetensors"
     link.symlink_to(ckpt / "step000002" / "manifest.json")
-    with pytest.raises(ValueError, match="inside the checkpoint"):
+    with pytest.raises(ValueError, match="a symbolic link"):
         consolidate(str(ckpt), str(link))
-    with pytest.raises(ValueError, match="a folder; the consolidated checkpoint is one file"):
+    with pytest.raises(ValueError, match="inside the checkpoint"):
+        consolidate(str(ckpt), str(ckpt / "step000002" / "full.safetensors"))
+    with pytest.raises(ValueError, match="a folder; give a file name in it"):
         consolidate(str(ckpt), str(ckpt.parent))
+    with pytest.raises(ValueError, match="needs a path, got ''"):  # was: ": a folder; the consolidated ..." ('' is .)
+        consolidate(str(ckpt), "")
     assert snapshot(ckpt) == before
     consolidate(str(ckpt), str(ckpt.parent / OUTSIDE_IS_FINE))  # outside: written
     assert (ckpt.parent / OUTSIDE_IS_FINE).stat().st_size > 0

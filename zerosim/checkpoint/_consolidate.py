@@ -56,14 +56,14 @@ def consolidate(directory: str, out: str, tag: str | None = None) -> dict:
     """Write `consolidated(DIR)` to the safetensors file `out` (atomically); returns what it wrote.
 
     `out` may not lie inside the checkpoint — DIR, the tag folder read, or the folder of tags whose `latest`
-    names it — nor be a folder: refused before anything is read or written."""
+    names it — nor be a folder, a link or no path at all: refused before anything is read or written."""
     folder = resolve(directory, tag)
     roots = [directory, folder]
     parent = os.path.dirname(os.path.abspath(folder))
     if os.path.isfile(os.path.join(parent, LATEST)):  # DIR given as a tag folder: its siblings and `latest` too
         roots.append(parent)
-    check_output(out, roots)
-    check_file(out)  # no other checkpoint either, and a folder that can be written (zerosim/outputs.py)
+    check_file(out)  # a path; no link, folder or other checkpoint; a folder that can be written (zerosim/outputs.py)
+    check_outside(out, roots)
     state = read_state(folder)
     tensors = consolidated_state(state)
     m = state.manifest
@@ -74,13 +74,10 @@ def consolidate(directory: str, out: str, tag: str | None = None) -> dict:
     return tensors
 
 
-def check_output(out: str, roots: list) -> None:
-    """Refuse an output path inside any of `roots` (the checkpoint's folders), equal to one, or a folder.
-    Symbolic links are followed, so a link into the checkpoint is refused too."""
+def check_outside(out: str, roots: list) -> None:
+    """Refuse an output path inside any of `roots` (the checkpoint's folders) or equal to one (its folders' links
+    followed: `out` itself is no link, check_file refused one)."""
     target = os.path.realpath(out)
-    if os.path.isdir(target):
-        raise ValueError(f"{out}: a folder; the consolidated checkpoint is one file: give a file name such as "
-                         "full.safetensors")
     for root in roots:
         inside = os.path.realpath(root)
         if target == inside or target.startswith(inside.rstrip(os.sep) + os.sep):
