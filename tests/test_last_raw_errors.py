@@ -122,6 +122,23 @@ def test_the_watchdogs_timeout_names_the_variable(value, words, monkeypatch):
     assert watchdog_timeout() == float("inf") and watchdog_timeout(120) == 120.0
 
 
+@pytest.mark.bad_input("command line")
+@pytest.mark.parametrize("value", ["abc", "", "nan", "-1"])
+def test_the_progress_delay_names_the_variable(value, monkeypatch):
+    # was: "could not convert string to float: 'abc'" from every command (read at import); nan and -1 accepted
+    from zerosim.progress import delay_from_environment
+
+    monkeypatch.setenv("ZEROSIM_PROGRESS_DELAY", value)
+    with pytest.raises(ValueError, match=f"^ZEROSIM_PROGRESS_DELAY={value!r}: the seconds before a progress bar is "
+                                         r"drawn must be a number >= 0 \(0: at once\)$"):
+        delay_from_environment()
+    for text, seconds in (("0", 0.0), ("2.5", 2.5), ("inf", float("inf"))):
+        monkeypatch.setenv("ZEROSIM_PROGRESS_DELAY", text)
+        assert delay_from_environment() == seconds
+    monkeypatch.delenv("ZEROSIM_PROGRESS_DELAY")
+    assert delay_from_environment() == 1.0
+
+
 @pytest.mark.bad_input("command line", unchanged=True)
 def test_more_simulated_ranks_than_the_simulator_can_run_are_refused_at_once(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -11,12 +11,29 @@ loops of the notebooks (a meta-backend step per stage) leave no bar, widget or "
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
-# seconds before a bar is drawn (tqdm's `delay`): a loop that ends sooner shows nothing; ZEROSIM_PROGRESS_DELAY sets it
-# (0: every bar at once, which the tests use: whether a bar shows must not depend on the machine's speed)
-DELAY = float(os.environ.get("ZEROSIM_PROGRESS_DELAY", "1.0"))
+
+def delay_from_environment() -> float:
+    """The seconds before a bar is drawn (tqdm's `delay`): a loop that ends sooner shows nothing.
+    $ZEROSIM_PROGRESS_DELAY sets it (0: every bar at once, which the tests use: whether a bar shows must not depend on
+    the machine's speed), a number >= 0 (inf: never), else a clear error naming the variable; 1 s without it."""
+    text = os.environ.get("ZEROSIM_PROGRESS_DELAY")
+    if text is None:
+        return 1.0
+    try:
+        delay = float(text)
+    except ValueError:
+        delay = math.nan
+    if not delay >= 0:  # NaN too
+        raise ValueError(f"ZEROSIM_PROGRESS_DELAY={text!r}: the seconds before a progress bar is drawn must be a "
+                         "number >= 0 (0: at once)")
+    return delay
+
+
+DELAY = delay_from_environment()
 
 
 def watched() -> bool:
