@@ -259,7 +259,6 @@ def test_what_the_sweeps_read_still_changes_them():
     # was: rc 0, a flag of value 0 taken for one not given (0 == False: zerosim/cli/given.py), 2026-11-29 walk
     (("lint", "--steps", "0"), "--steps: lint trains no run"), (("lint", "--save-every", "0"), "--save-every: lint"),
     ((*SWEEP, "--link-alpha", "0"), "--sweep does not read --link-alpha"),
-    ((*MEM, "--virtual-stages", "0"), "--virtual-stages says how many stages each pipeline rank holds: give --pp"),
     # was: rc 0, an empty list taken for the flag left out (plan's --micro-batches, --pp-schedule, --virtual-stages)
     ((*PLAN, "--micro-batches="), "--micro-batches must be comma-separated integers, got ''"),
     ((*PLAN, "--pp-schedule="), "--pp-schedule says in which order a pipeline runs its micro-batches: give --pp"),
