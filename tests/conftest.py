@@ -38,6 +38,16 @@ def _child_bytecode_folder() -> tuple | None:
 _BYTECODE = _child_bytecode_folder()  # (the folder, the variable's own value) or None
 
 
+def pytest_configure(config):
+    # An xdist worker holds a thread of execnet's beside the one that runs the tests (the process's tasks count two,
+    # threading knows one), so each `--jobs` fork in these tests meets Python 3.12+'s "This process (pid=...) is
+    # multi-threaded, use of fork() may lead to deadlocks in the child": the runner's thread, not the product's. A
+    # `zerosim` process forks from one thread (tests/test_progress.py checks it in a fresh process, after its bar).
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        config.addinivalue_line("filterwarnings",
+                                r"ignore:This process \(pid=\d+\) is multi-threaded:DeprecationWarning")
+
+
 def pytest_unconfigure(config):
     if _BYTECODE is not None:
         import shutil

@@ -2,6 +2,7 @@
 zerosim.train's bar). A terminal or a Jupyter kernel is; a pipe is not, nor a process that only imported ipykernel (a
 test runner's worker, once a test before imported it: CI drew bars into captured stderr then)."""
 
+import os
 import sys
 import types
 
@@ -76,4 +77,23 @@ def test_a_bar_no_one_sees_hands_the_loop_back_and_loads_no_tqdm(monkeypatch):
     bar = progress.progress(total=3, desc="manual", enabled=True)
     bar.update(3)
     bar.close()
-    assert type(bar).__module__.startswith("tqdm")
+    assert isinstance(bar, tqdm)
+
+
+def test_a_bar_that_shows_starts_no_thread():
+    """A bar leaves the process with the one thread it had: `plan --jobs N` in a terminal draws its bar, then forks its
+    workers (analysis/planner/_jobs.py), and a fork beside another thread may deadlock in the child (Python 3.12+
+    warns "This process is multi-threaded, use of fork() may lead to deadlocks"). tqdm starts a monitor thread with
+    its first bar unless told not to; in a fresh process, so that no bar drawn before (by tqdm's own setting) hides
+    it. Counted by the system (the process's tasks) beside Python's own count, after a fork, as Python counts: BLAS's
+    threads aside (OpenBLAS stops its pool before a fork, in its pthread_atfork handler)."""
+    import subprocess
+
+    code = ("import os, sys, threading\nfrom zerosim.progress import progress\n"
+            "shown = list(progress(range(3), 'x', enabled=True))\nbar = progress(total=2, desc='y', enabled=True)\n"
+            "bar.update(2)\nbar.close()\npid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0)\n"
+            "print(shown == [0, 1, 2], threading.active_count(), len(os.listdir('/proc/self/task')))")
+    if not os.path.isdir("/proc/self/task"):
+        pytest.skip("the process's tasks are counted in Linux's /proc")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "1", "1"], out.stdout + out.stderr

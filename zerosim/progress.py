@@ -56,10 +56,27 @@ def progress(iterable=None, desc: str = "", total: int | None = None, enabled: b
     show = watched() if enabled is None else enabled
     if not show:
         return iterable if iterable is not None else Hidden(total)
-    from tqdm.auto import tqdm
+    return _bar_class()(iterable, desc=desc, total=total, disable=False, unit=unit, leave=False, file=sys.stderr,
+                        delay=DELAY, miniters=1)
 
-    return tqdm(iterable, desc=desc, total=total, disable=False, unit=unit, leave=False, file=sys.stderr,
-                delay=DELAY)
+
+_BAR = None  # tqdm.auto's bar without its monitor thread: `_bar_class`
+
+
+def _bar_class():
+    """tqdm.auto's bar (the terminal's or the notebook's), made to start no thread. tqdm starts a monitor thread with
+    its first bar (`tqdm.monitor_interval`, 10 s), which wakes to redraw a bar whose dynamic `miniters` has grown too
+    large for its slowing loop; with `miniters=1` (ours: each update looks at the clock, a call per configuration or
+    figure) nothing is left for it to do. A bar drawn before `--jobs` forks its workers (analysis/planner/_jobs.py)
+    must leave the process with one thread: a fork beside another thread may deadlock in the child (a lock the other
+    thread held stays held there), and Python 3.12+ warns of it. A subclass, so the user's own bars keep tqdm's
+    setting; it shares tqdm's set of bars (`_instances`), so nested bars still stack."""
+    global _BAR
+    if _BAR is None:
+        from tqdm.auto import tqdm
+
+        _BAR = type(tqdm.__name__, (tqdm,), {"monitor_interval": 0, "__module__": __name__})
+    return _BAR
 
 
 class Hidden:

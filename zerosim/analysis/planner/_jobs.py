@@ -8,7 +8,9 @@ own steps and reads nothing another piece writes. The workers are forked from th
 model's config, the GPU, the settings, the twins built so far) reaches them as the caller holds it, with nothing
 pickled on the way there; only each piece's result (rows, predictions: plain dataclasses; a figure's bytes) travels
 back, and any file is written by the caller. Where a fork is not to be had (Windows) or not safe (macOS), more than
-one job is refused with the reason and `auto` is one; one job runs the pieces in this process, as before.
+one job is refused with the reason and `auto` is one; one job runs the pieces in this process, as before. A command
+forks from its one thread (the bar it draws first starts none: zerosim/progress.py), as a fork beside another thread
+may deadlock in the child; a caller that runs threads of its own (a notebook's kernel) forks beside them.
 
     jobs    what runs the pieces
     1       this process, one after the other (the default)
