@@ -215,9 +215,13 @@ def model_from_args(args, config=None):
 
     args.optimizer = args.optimizer or "adam"
     args.precision = args.precision or "fp16-mixed"
+    from zerosim.cluster import check_world_size
+
     for flag, value in (("--ranks", args.ranks), ("--layers", args.layers)):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
+    if args.ranks is not None:
+        check_world_size(args.ranks, "meta", "--ranks")  # the ranks the meta backend hosts in this process
     config = config_from_args(args) if config is None else config
     if args.layers is not None and getattr(args, "d_model", None) is None and (config is not None or args.model):
         raise ValueError(f"--layers sizes a --params model (or --d-model's blocks); {_model_words(args, config)} has "

@@ -219,6 +219,7 @@ def _check_flags(args) -> tuple:
     from zerosim.analysis.costs import get_preset
     from zerosim.cli.jobs_args import jobs_from_args
     from zerosim.cli.work_budget import check_units
+    from zerosim.cluster import check_world_size
     from zerosim.models.hf import read_hf_config
     from zerosim.outputs import check_file
 
@@ -226,6 +227,7 @@ def _check_flags(args) -> tuple:
                         ("--global-batch", args.global_batch)):
         if value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
+    check_world_size(args.gpus, "meta", "--gpus")  # the ranks each configuration's twin hosts in this process
     config = read_hf_config(args.config) if args.config else get_preset(args.model).config
     check_units(config.n_layers + 3, f"{config.name} ({config.n_layers:,} layers)")  # before any twin is built
     if not 0 <= args.reserve < 1:  # (NaN fails this too)

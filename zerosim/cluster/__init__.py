@@ -24,7 +24,7 @@ from zerosim._lazy import lazy_face, names_of
 # each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py):
 # `from zerosim.cluster import Cluster` loads the cluster, not the pipeline's recordings beside it
 _NAMES = {
-    "._budget": ("GB", "MAX_UNITS", "available_bytes", "check_fits", "gb"),
+    "._budget": ("GB", "MAX_UNITS", "available_bytes", "check_fits", "check_world_size", "gb"),
     "._closed": ("busiest_bytes",),
     "._cluster": ("Cluster",),
     "._events": ("Compute", "ComputeFields", "Fp8ScaleUpdate", "GradClip", "LossScaleUpdate", "OptimizerStep",

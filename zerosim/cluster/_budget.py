@@ -36,12 +36,13 @@ def gb(nbytes: float) -> str:
     return f"{x:,.0f} GB" if x >= 100 else f"{x:.3g} GB"
 
 
-def check_world_size(world_size: int, backend: str) -> None:
-    """Refuse more in-process ranks than this process can sensibly host (before creating any)."""
+def check_world_size(world_size: int, backend: str, flag: str | None = None) -> None:
+    """Refuse more in-process ranks than this process can sensibly host (before creating any), naming the caller's
+    `flag` ("--ranks") where one asked for them, else the Cluster."""
     if world_size > MAX_IN_PROCESS_RANKS:
+        asked = f"{flag} {world_size:,}:" if flag else f"Cluster({world_size:,}, backend={backend!r})"
         raise ValueError(
-            f"Cluster({world_size:,}, backend={backend!r}) would host {world_size:,} ranks in this process "
+            f"{asked} {'the ' + backend + ' backend ' if flag else ''}would host {world_size:,} ranks in this process "
             f"(~{world_size * 750 / GB:.2g} GB and ~{world_size * 1e-5:.0f} s to set up); at most "
-            f"{MAX_IN_PROCESS_RANKS:,} "
-            f"are allowed — no data-parallel job is larger"
+            f"{MAX_IN_PROCESS_RANKS:,} are allowed — no data-parallel job is larger"
         )
