@@ -237,3 +237,25 @@ def test_where_no_worker_may_be_forked_one_job_runs_and_more_are_refused(monkeyp
     with pytest.raises(ValueError, match="--jobs 2: more than one job forks worker processes, which this platform"):
         check_jobs(2, "--jobs")
 
+
+
+def test_auto_is_one_job_beside_the_callers_own_threads(monkeypatch):
+    # A notebook's kernel runs threads of its own (its heartbeat, its output's): a worker forked beside them may
+    # deadlock (a lock one held stays held in the child), so `auto` takes one job there; asked for two, it forks two.
+    # Four cores, whatever this machine has (one core would make auto one job either way)
+    from zerosim.analysis.planner import _jobs
+
+    if not _jobs._forks():
+        pytest.skip("no worker is forked on this platform: auto is one job anyway")
+    monkeypatch.setattr(_jobs, "cores", lambda: 4)
+    alone = threading.active_count() == 1  # (a pool another test left running counts too)
+    assert check_jobs("auto") == (4 if alone else 1)
+    release = threading.Event()
+    beside = threading.Thread(target=release.wait, daemon=True)
+    beside.start()
+    try:
+        assert check_jobs("auto") == 1 and check_jobs(2) == 2
+    finally:
+        release.set()
+        beside.join(HANG_TIMEOUT)
+    assert check_jobs("auto") == (4 if alone else 1)

@@ -10,7 +10,8 @@ pickled on the way there; only each piece's result (rows, predictions: plain dat
 back, and any file is written by the caller. Where a fork is not to be had (Windows) or not safe (macOS), more than
 one job is refused with the reason and `auto` is one; one job runs the pieces in this process, as before. A command
 forks from its one thread (the bar it draws first starts none: zerosim/progress.py), as a fork beside another thread
-may deadlock in the child; a caller that runs threads of its own (a notebook's kernel) forks beside them.
+may deadlock in the child; where the caller runs threads of its own (a notebook's kernel), `auto` is one job, and a
+count it gives is forked beside them, as asked.
 
     jobs    what runs the pieces
     1       this process, one after the other (the default)
@@ -34,10 +35,11 @@ def cores() -> int:
 
 
 def check_jobs(jobs, name: str = "jobs") -> int:
-    """`jobs` as a count of worker processes (an integer >= 1; "auto": `cores()`, or 1 where no worker may be forked:
-    `_forks`), else a ValueError naming `name` (the caller's spelling: "--jobs")."""
-    if jobs == "auto":  # every core this process may use, where it may fork
-        return cores() if _forks() else 1
+    """`jobs` as a count of worker processes (an integer >= 1; "auto": `cores()`, or 1 where no worker may be forked,
+    `_forks`, or where this process runs other threads, `_threads`), else a ValueError naming `name` (the caller's
+    spelling: "--jobs")."""
+    if jobs == "auto":  # every core this process may use, where it may fork and nothing runs beside the fork
+        return cores() if _forks() and _threads() == 1 else 1
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"{name} is the worker processes to run on, an integer of at least 1 or 'auto', got "
                          f"{jobs!r}")
@@ -128,6 +130,17 @@ def _serve(conn) -> None:
         except Exception as e:  # a result or an exception that does not pickle: said, not lost
             conn.send((False, RuntimeError(f"piece {i + 1}'s {'result' if out[0] else 'error'} could not be sent "
                                            f"back from its worker: {e}")))
+
+
+def _threads() -> int:
+    """The Python threads this process runs, this one among them: more than one where a caller runs its own (a
+    Jupyter kernel's: its heartbeat, its output's), beside which a forked worker may deadlock (a lock another thread
+    held stays held in the child; Python 3.12+ warns of it, and 3.14 no longer forks by default on Linux). `auto`
+    takes one job there; a count the caller gives is forked as asked. A `zerosim` command runs one (its bar starts
+    none: zerosim/progress.py)."""
+    import threading
+
+    return threading.active_count()
 
 
 def _forks() -> bool:
