@@ -2,7 +2,9 @@
 # What a session on a GPU machine runs for the CuPy backends (docs/how-to/run-on-gpus.md), logs into DIR:
 #   bash tools/gpu_session.sh DIR
 # env.txt (GPU, driver, CUDA, CuPy, NCCL, NumPy, ml_dtypes), gpu-tests.log (pytest tests/gpu -v -rs),
-# verify-nccl.log (zerosim verify-nccl on every GPU there is), bench.log (benchmarks/gpu.py).
+# verify-nccl.log (zerosim verify-nccl on every GPU there is), engine-vs-cpu.log (the engine on the GPU against the
+# oracle there and the CPU), gradients.log (tools/gpu_gradients.py: where the GPU's and the CPU's gradients part),
+# bench.log (benchmarks/gpu.py, last: the longest).
 set -u -o pipefail
 out=${1:?usage: bash tools/gpu_session.sh DIR}
 mkdir -p "$out"
@@ -23,4 +25,7 @@ cat "$out/env.txt"
 gpus=$("$py" -c "import cupy; print(cupy.cuda.runtime.getDeviceCount())")
 timeout "${TESTS_S:-360}" "$py" -m pytest tests/gpu -v -rs -p no:cacheprovider --durations=10 2>&1 | tee "$out/gpu-tests.log"
 timeout 120 "$py" -m zerosim.cli.main verify-nccl --ranks "$gpus" 2>&1 | tee "$out/verify-nccl.log"
+engine=(-m pytest tests/gpu/test_device_ranks.py -k "engine or subnormal or ftz or flush" -s -q -p no:cacheprovider)
+{ echo "\$ python3 ${engine[*]}"; timeout 120 "$py" "${engine[@]}"; } 2>&1 | tee "$out/engine-vs-cpu.log"
+timeout 120 "$py" tools/gpu_gradients.py 2>&1 | tee "$out/gradients.log"
 timeout "${BENCH_S:-240}" "$py" benchmarks/gpu.py ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log"

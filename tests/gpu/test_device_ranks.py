@@ -8,9 +8,11 @@ device could differ from the host, and what is done about it:
   inputs; a NaN may come out as CUDA's canonical NaN (0x7FFF...) where x86 keeps a payload;
 - the optimizers' fp32 arithmetic: CuPy compiles elementwise kernels without fast math, so each +, -, *, /
   and sqrt rounds correctly, as NumPy's: every bit equal;
-- the models' matmuls: cuBLAS sums in another order than OpenBLAS, so the engine on the GPU is compared with
-  the oracle whose forward/backward runs on the same GPU (`Reference(device=...)`), not with the CPU; the
-  distance to the CPU run is printed;
+- the models' matmuls: the portable kernels (the default) round each exact dot product once, so the products are
+  the CPU's bits; a sum over the batch (a bias's gradient, the loss) is CuPy's reduction, in another order than
+  NumPy's (docs/gpu_run/2026-11-29/gradients.log), so the engine on the GPU is compared with the oracle whose
+  forward/backward runs on the same GPU (`Reference(device=...)`), not with the CPU; the distance to the CPU run is
+  printed;
 - float32 subnormals: CuPy's kernels flush them (-ftz=true). Casts and bf16 adds go through float64 and keep
   them (zerosim/precision/cast/_subnormals.py); fp32 optimizer arithmetic and fp32 ring adds do not (a test below
   shows the difference, which docs/how-to/run-on-gpus.md states).
@@ -155,7 +157,8 @@ def test_the_engine_on_the_gpu_equals_the_oracle_on_the_gpu(stage, precision):
     assert np.array_equal(bits(master), bits(oracle.master()))
     differ = master != cpu.master()
     print(f"stage {stage} {precision}: GPU vs CPU after {steps} steps, {differ.mean():.1%} of masters differ, "
-          f"largest {np.abs(master - cpu.master()).max():.3g} (cuBLAS sums a product in another order than OpenBLAS)")
+          f"largest {np.abs(master - cpu.master()).max():.3g} (the products are the CPU's bits; a bias's gradient, "
+          "a sum over the batch, is CuPy's reduction, in another order than NumPy's)")
 
 
 def test_bf16_subnormals_cross_the_ring_on_the_gpu_as_on_the_host():
