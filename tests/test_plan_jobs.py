@@ -238,7 +238,6 @@ def test_where_no_worker_may_be_forked_one_job_runs_and_more_are_refused(monkeyp
         check_jobs(2, "--jobs")
 
 
-
 def test_auto_is_one_job_beside_the_callers_own_threads(monkeypatch):
     # A notebook's kernel runs threads of its own (its heartbeat, its output's): a worker forked beside them may
     # deadlock (a lock one held stays held in the child), so `auto` takes one job there; asked for two, it forks two.

@@ -210,13 +210,12 @@ def model_from_args(args, config=None):
     """The data-less model the flags describe: MetaModel (--params, or a preset without --seq-len), or a MetaGPT /
     MetaLlama when --seq-len asks for activations. Fills the --optimizer/--precision defaults left unset."""
     from zerosim.analysis.costs import get_preset, preset_from_config
+    from zerosim.cluster import check_world_size
     from zerosim.models.meta import MetaModel
     from zerosim.optim import OPTIMIZERS
 
     args.optimizer = args.optimizer or "adam"
     args.precision = args.precision or "fp16-mixed"
-    from zerosim.cluster import check_world_size
-
     for flag, value in (("--ranks", args.ranks), ("--layers", args.layers)):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
