@@ -7,6 +7,7 @@ import sys
 import types
 
 import pytest
+from helpers import HANG_TIMEOUT
 
 from zerosim import progress
 
@@ -95,5 +96,6 @@ def test_a_bar_that_shows_starts_no_thread():
             "print(shown == [0, 1, 2], threading.active_count(), len(os.listdir('/proc/self/task')))")
     if not os.path.isdir("/proc/self/task"):
         pytest.skip("the process's tasks are counted in Linux's /proc")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=HANG_TIMEOUT)  # reached only by a child that hangs
     assert out.stdout.split() == ["True", "1", "1"], out.stdout + out.stderr
