@@ -82,6 +82,8 @@ def test_the_second_run_is_quoted_number_for_number():
     tests = (SECOND / "gpu-tests.log").read_text()
     passed, skipped = re.search(r"=+ (\d+) passed, (\d+) skipped", tests).groups()
     assert "failed" not in tests.splitlines()[-1] and f"**{passed} passed, {skipped} skipped, 0 failed**" in text
+    assert "all required comparisons agree" in (SECOND / "verify-nccl.log").read_text()
+    assert "`zerosim verify-nccl`, N = 1: every collective agrees" in text
     floor = (SECOND / "floor-cupy-14.0.0.log").read_text()
     assert "floor cupy 14.0.0" in floor and "all required comparisons agree" in floor
     assert re.search(r"\n(\d+) passed, (\d+) skipped", floor).groups() == (passed, skipped)
